@@ -1,0 +1,50 @@
+# The project's commands. `make demo` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test lint fmt proto system-deps bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+## demo: run the exporter against the built-in simulated node (Ctrl-C to stop)
+demo: $(STAMP)
+	$(BIN)/podres demo
+
+## test: the whole test suite (needs promtool and prometheus: Debian package prometheus)
+test: $(STAMP) system-deps
+	$(BIN)/pytest
+
+## lint: ruff, formatting, mypy --strict and the import layering contracts
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+## proto: regenerate src/podres_exporter/_generated from proto/
+proto: $(STAMP)
+	$(BIN)/python tools/genproto.py
+
+## bench: the performance benchmark (see docs/performance.md)
+bench: $(STAMP)
+	$(BIN)/python bench/bench.py
+
+system-deps:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+	  echo "installing the Debian package prometheus (promtool and the server, used by the tests)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \
+	fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

@@ -1,0 +1,384 @@
+"""Pure accounting: who holds what, and what is still free, per NUMA node.
+
+Input: one :class:`~podres_exporter.model.KubeletReading` and the node's
+:class:`~podres_exporter.model.NodeTopology`. Output: an :class:`Accounting` of
+plain rows that the collectors, ``podres snapshot`` and ``podres top`` render.
+No I/O, no clocks, no logging: every function here is deterministic.
+
+CPU pools (every online CPU is in exactly one of exclusive / shared_free / reserved):
+- allocatable: what the kubelet reports as allocatable; when it reports none
+  (CPU manager policy ``none``, or GetAllocatableResources not served) the
+  node's online CPUs stand in, and ``cpu_basis`` says ``online``. A v1alpha1
+  kubelet reports no CPUs at all: no CPU rows, ``cpu_basis`` ``unknown``.
+- exclusive: CPUs held exclusively by a container (or a pod).
+- shared_free: the free shared pool, allocatable minus the union of exclusive CPUs.
+- reserved: online but not allocatable (the kubelet's reserved CPUs).
+
+A CPU listed by several containers cannot be exclusive (kubelets 1.20 to 1.22
+listed the whole shared cpuset for shared containers): it counts as shared and
+is reported as the ``cpu_listed_by_several_containers`` anomaly.
+
+Devices per resource and NUMA placement: allocatable (healthy, as reported),
+allocated (held by some container, each id once), unallocated (allocatable and
+held by nobody) and allocated_unhealthy (held but no longer allocatable: the
+device went unhealthy, or its plugin's stream dropped, while in use). Without
+an allocatable reading only ``allocated`` is known, and only it is reported.
+
+Memory per NUMA placement and type: allocatable, allocated, free. A block
+pinned to several NUMA nodes is labelled with all of them (``"0,1"``) and, for
+the free computation, split evenly across them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from podres_exporter.model import (
+    ApiVersion,
+    ContainerAlloc,
+    DeviceRef,
+    KubeletReading,
+    MemoryBlock,
+    NodeTopology,
+    NumaNodes,
+    PodAlloc,
+    numa_label,
+)
+
+CPU_POOLS = ("allocatable", "exclusive", "shared_free", "reserved")
+DEVICE_STATES = ("allocatable", "allocated", "unallocated", "allocated_unhealthy")
+MEMORY_STATES = ("allocatable", "allocated", "free")
+
+# Anomalies: odd data that we keep serving, counted per snapshot.
+ANOMALIES = (
+    "cpu_not_online",  # an exclusive or allocatable CPU that is not online
+    "cpu_listed_by_several_containers",
+    "device_held_by_several_containers",
+    "empty_device_id",
+    "empty_name",  # an empty namespace, pod, container or resource name
+    "memory_overcommitted",  # allocated above allocatable on a NUMA node
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Holder:
+    """A container identity. ``container`` is empty for pod-level resources."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True)
+class CpuAssignment:
+    """One CPU: its NUMA node label, its pool, and its holder when exclusive."""
+
+    cpu: int
+    numa: str
+    pool: str
+    holder: Holder | None
+
+
+@dataclass(frozen=True, slots=True)
+class HolderCount:
+    """An amount held by one holder on one NUMA placement."""
+
+    holder: Holder
+    numa: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeldDevice:
+    """One device held by one holder."""
+
+    holder: Holder
+    resource: str
+    device_id: str
+    numa: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeldMemory:
+    """Pinned memory of one type held by one holder on one NUMA placement."""
+
+    holder: Holder
+    memory_type: str
+    numa: str
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeldClaim:
+    """One device of a DRA claim used by one holder (all strings may be empty)."""
+
+    holder: Holder
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """Everything the exporter says about allocation, as plain sorted rows.
+
+    ``node_cpus`` maps (numa label, pool) to a count, ``node_devices`` maps
+    (resource, numa label, state) to a count, ``node_memory`` maps
+    (numa label, memory type, state) to bytes.
+    """
+
+    cpu_basis: str  # "allocatable", "online", or "unknown" (v1alpha1: no CPU data)
+    node_cpus: Mapping[tuple[str, str], int]
+    cpu_assignments: tuple[CpuAssignment, ...]
+    container_cpus: tuple[HolderCount, ...]
+    node_devices: Mapping[tuple[str, str, str], int]
+    container_devices: tuple[HeldDevice, ...]
+    node_memory: Mapping[tuple[str, str, str], int]
+    container_memory: tuple[HeldMemory, ...]
+    claims: tuple[HeldClaim, ...]
+    pods: int
+    containers: int
+    anomalies: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _holdings(pod: PodAlloc) -> Iterator[tuple[Holder, ContainerAlloc]]:
+    """Each container of ``pod`` with its holder; pod-level resources as container ``""``."""
+    for c in pod.containers:
+        yield Holder(pod.namespace, pod.name, c.name), c
+    if pod.cpu_ids or pod.memory:
+        yield (
+            Holder(pod.namespace, pod.name, ""),
+            ContainerAlloc(name="", cpu_ids=pod.cpu_ids, memory=pod.memory),
+        )
+
+
+def _cpu_numa(topology: NodeTopology, cpu: int) -> str:
+    node = topology.numa_of(cpu)
+    return "none" if node is None else str(node)
+
+
+def account_cpus(
+    reading: KubeletReading, topology: NodeTopology, anomalies: Counter[str]
+) -> tuple[str, dict[tuple[str, str], int], list[CpuAssignment], list[HolderCount]]:
+    """CPU pools per NUMA node, one assignment per CPU, exclusive CPUs per holder."""
+    if reading.api_version is ApiVersion.V1ALPHA1:
+        return "unknown", {}, [], []  # v1alpha1 carries no CPUs at all: unknown, not zero
+    online = topology.online_cpus
+    reported = reading.allocatable.cpu_ids if reading.allocatable is not None else frozenset()
+    basis = "allocatable" if reported else "online"
+    allocatable = reported or online
+
+    listed_by: dict[int, list[Holder]] = defaultdict(list)
+    for pod in reading.pods:
+        for holder, c in _holdings(pod):
+            for cpu in c.cpu_ids:
+                listed_by[cpu].append(holder)
+    owner = {cpu: hs[0] for cpu, hs in listed_by.items() if len(hs) == 1}
+    anomalies["cpu_listed_by_several_containers"] += sum(
+        1 for hs in listed_by.values() if len(hs) > 1
+    )
+    anomalies["cpu_not_online"] += len((set(owner) | allocatable) - online)
+
+    exclusive = frozenset(owner)
+    reserved = online - allocatable if basis == "allocatable" else frozenset()
+    shared_free = allocatable - exclusive
+
+    counts: dict[tuple[str, str], int] = {}
+    for node in topology.numa_nodes:
+        for pool in CPU_POOLS:
+            counts[(str(node), pool)] = 0
+    for pool, cpus in (
+        ("allocatable", allocatable),
+        ("exclusive", exclusive),
+        ("shared_free", shared_free),
+        ("reserved", reserved),
+    ):
+        for cpu in cpus:
+            key = (_cpu_numa(topology, cpu), pool)
+            counts[key] = counts.get(key, 0) + 1
+
+    assignments = []
+    for cpu in sorted(online | allocatable | exclusive):
+        if cpu in owner:
+            pool = "exclusive"
+        elif cpu in shared_free:
+            pool = "shared_free"
+        else:
+            pool = "reserved"
+        assignments.append(CpuAssignment(cpu, _cpu_numa(topology, cpu), pool, owner.get(cpu)))
+
+    per_holder: Counter[tuple[Holder, str]] = Counter()
+    for cpu, holder in owner.items():
+        per_holder[(holder, _cpu_numa(topology, cpu))] += 1
+    held = [HolderCount(h, n, v) for (h, n), v in sorted(per_holder.items())]
+    return basis, counts, assignments, held
+
+
+def account_devices(
+    reading: KubeletReading, anomalies: Counter[str]
+) -> tuple[dict[tuple[str, str, str], int], list[HeldDevice]]:
+    """Device counts per resource, NUMA placement and state; one row per held device."""
+    allocatable: dict[tuple[str, str], NumaNodes] = {}
+    if reading.allocatable is not None:
+        for d in reading.allocatable.devices:
+            allocatable[(d.resource, d.device_id)] = d.numa
+    holders: dict[tuple[str, str], list[tuple[Holder, DeviceRef]]] = defaultdict(list)
+    for pod in reading.pods:
+        for holder, c in _holdings(pod):
+            for d in c.devices:
+                holders[(d.resource, d.device_id)].append((holder, d))
+
+    anomalies["device_held_by_several_containers"] += sum(
+        1 for hs in holders.values() if len(hs) > 1
+    )
+    anomalies["empty_device_id"] += sum(1 for _, dev in {*allocatable, *holders} if not dev)
+    anomalies["empty_name"] += sum(1 for res, _ in {*allocatable, *holders} if not res)
+
+    def placement(key: tuple[str, str]) -> str:
+        if key in allocatable and allocatable[key] is not None:
+            return numa_label(allocatable[key])
+        return numa_label(holders[key][0][1].numa) if key in holders else "none"
+
+    counts: dict[tuple[str, str, str], int] = {}
+
+    def bump(key: tuple[str, str], state: str) -> None:
+        k = (key[0], placement(key), state)
+        counts[k] = counts.get(k, 0) + 1
+
+    known = reading.allocatable is not None
+    for key in holders:
+        bump(key, "allocated")
+        if known and key not in allocatable:
+            bump(key, "allocated_unhealthy")
+    for key in allocatable:
+        bump(key, "allocatable")
+        if key not in holders:
+            bump(key, "unallocated")
+    # Every state of every (resource, placement) seen, zeros included, so that a
+    # resource whose devices are all taken shows unallocated 0, not nothing.
+    states = DEVICE_STATES if known else ("allocated",)
+    for resource, numa in {(r, n) for r, n, _ in counts}:
+        for state in states:
+            counts.setdefault((resource, numa, state), 0)
+
+    rows = [
+        HeldDevice(holder, res, dev, placement((res, dev)))
+        for (res, dev), hs in holders.items()
+        for holder, _ in hs
+    ]
+    rows.sort(key=lambda r: (r.holder, r.resource, r.device_id))
+    return counts, rows
+
+
+def _split(block: MemoryBlock) -> Iterator[tuple[str, int]]:
+    """A block's bytes per single NUMA node (even split, remainder to the first)."""
+    if block.numa is None or len(block.numa) <= 1:
+        yield numa_label(block.numa), block.size_bytes
+        return
+    share, rest = divmod(block.size_bytes, len(block.numa))
+    for i, node in enumerate(block.numa):
+        yield str(node), share + (rest if i == 0 else 0)
+
+
+def account_memory(
+    reading: KubeletReading, anomalies: Counter[str]
+) -> tuple[dict[tuple[str, str, str], int], list[HeldMemory]]:
+    """Memory per NUMA placement, type and state; one row per holder, placement and type."""
+    counts: dict[tuple[str, str, str], int] = {}
+    allocatable: Counter[tuple[str, str]] = Counter()
+    if reading.allocatable is not None:
+        for b in reading.allocatable.memory:
+            allocatable[(numa_label(b.numa), b.memory_type)] += b.size_bytes
+    allocated: Counter[tuple[str, str]] = Counter()
+    used_per_node: Counter[tuple[str, str]] = Counter()
+    held: Counter[tuple[Holder, str, str]] = Counter()
+    for pod in reading.pods:
+        for holder, c in _holdings(pod):
+            for b in c.memory:
+                label = numa_label(b.numa)
+                allocated[(label, b.memory_type)] += b.size_bytes
+                held[(holder, b.memory_type, label)] += b.size_bytes
+                for node, size in _split(b):
+                    used_per_node[(node, b.memory_type)] += size
+    for (numa, mtype), size in allocatable.items():
+        counts[(numa, mtype, "allocatable")] = size
+        free = size - used_per_node.get((numa, mtype), 0)
+        if free < 0:
+            anomalies["memory_overcommitted"] += 1
+        counts[(numa, mtype, "free")] = max(free, 0)
+        counts[(numa, mtype, "allocated")] = 0
+    for (numa, mtype), size in allocated.items():
+        counts[(numa, mtype, "allocated")] = size
+    rows = [HeldMemory(h, t, n, v) for (h, t, n), v in sorted(held.items())]
+    return counts, rows
+
+
+def _claims(pods: Iterable[PodAlloc]) -> list[HeldClaim]:
+    rows = []
+    for pod in pods:
+        for holder, c in _holdings(pod):
+            for claim in c.dynamic_resources:
+                devices = claim.devices or ()
+                if not devices:
+                    rows.append(
+                        HeldClaim(holder, claim.claim_namespace, claim.claim_name, "", "", "")
+                    )
+                rows.extend(
+                    HeldClaim(
+                        holder, claim.claim_namespace, claim.claim_name, d.driver, d.pool, d.device
+                    )
+                    for d in devices
+                )
+    return sorted(
+        set(rows),
+        key=lambda r: (r.holder, r.claim_namespace, r.claim_name, r.driver, r.pool, r.device),
+    )
+
+
+def account(reading: KubeletReading, topology: NodeTopology) -> Accounting:
+    """The whole accounting of one reading on one node."""
+    anomalies: Counter[str] = Counter()
+    anomalies["empty_name"] += sum(
+        1
+        for pod in reading.pods
+        for name in (pod.namespace, pod.name, *(c.name for c in pod.containers))
+        if not name
+    )
+    basis, node_cpus, assignments, container_cpus = account_cpus(reading, topology, anomalies)
+    node_devices, container_devices = account_devices(reading, anomalies)
+    node_memory, container_memory = account_memory(reading, anomalies)
+    return Accounting(
+        cpu_basis=basis,
+        node_cpus=MappingProxyType(node_cpus),
+        cpu_assignments=tuple(assignments),
+        container_cpus=tuple(container_cpus),
+        node_devices=MappingProxyType(node_devices),
+        container_devices=tuple(container_devices),
+        node_memory=MappingProxyType(node_memory),
+        container_memory=tuple(container_memory),
+        claims=tuple(_claims(reading.pods)),
+        pods=len(reading.pods),
+        containers=sum(len(p.containers) for p in reading.pods),
+        anomalies=MappingProxyType({k: anomalies.get(k, 0) for k in ANOMALIES}),
+    )
+
+
+__all__ = [
+    "ANOMALIES",
+    "CPU_POOLS",
+    "DEVICE_STATES",
+    "MEMORY_STATES",
+    "Accounting",
+    "CpuAssignment",
+    "HeldClaim",
+    "HeldDevice",
+    "HeldMemory",
+    "Holder",
+    "HolderCount",
+    "account",
+]

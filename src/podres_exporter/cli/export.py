@@ -1,0 +1,120 @@
+"""``podres export``: the composition root of the exporter daemon."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from functools import partial
+from types import FrameType
+from typing import Any
+
+import structlog
+
+from podres_exporter import __version__, collectors, logconf
+from podres_exporter.errors import ConfigError
+from podres_exporter.http import Exposition, MetricsServer
+from podres_exporter.poller import Backoff, Poller, Store
+from podres_exporter.settings import Settings
+from podres_exporter.sources.kubelet import KubeletClient
+from podres_exporter.sources.sysfs import read_topology
+
+log = structlog.get_logger(__name__)
+
+
+class Exporter:
+    """The running exporter: poller thread + HTTP server thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        try:
+            enabled = collectors.select(settings.collectors)
+        except KeyError as err:
+            raise ConfigError(f"unknown collector {err.args[0]!r}") from err
+        self.settings = settings
+        self.store = Store()
+        self.client = KubeletClient(
+            settings.kubelet_socket,
+            max_message_bytes=settings.kubelet_max_message_bytes,
+            timeout_s=settings.kubelet_timeout_s,
+        )
+        self.poller = Poller(
+            self.client,
+            partial(read_topology, settings.path_sysfs),
+            self.store,
+            interval_s=settings.poll_interval_s,
+            backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s),
+            empty_confirm_s=settings.empty_confirm_s,
+        )
+        self.exposition = Exposition(self.store, enabled, __version__)
+        try:
+            self.server = MetricsServer(
+                settings.listen_address,
+                store=self.store,
+                exposition=self.exposition,
+                version=__version__,
+                socket_path=settings.kubelet_socket,
+                healthy=self.poller.alive,
+            )
+        except OSError as err:
+            host, port = settings.listen_address
+            raise ConfigError(
+                f"cannot listen on {host}:{port} (--listen-address): {err.strerror or err}"
+            ) from err
+        self._http_thread = threading.Thread(
+            target=self.server.serve_forever, name="podres-http", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> None:
+        self.poller.start()
+        self._http_thread.start()
+        log.info(
+            "exporter_started",
+            version=__version__,
+            url=self.url,
+            kubelet_socket=self.settings.kubelet_socket,
+            poll_interval_s=self.settings.poll_interval_s,
+        )
+
+    def stop(self, reason: str = "requested") -> None:
+        """Stop serving and polling; within a few seconds, well inside a pod's grace period."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.poller.stop()
+        self.client.close()
+        log.info("exporter_stopped", reason=reason)
+
+
+def wait_for_signal(stop: threading.Event | None = None) -> str:
+    """Block until SIGTERM or SIGINT (or ``stop`` is set); return the reason."""
+    event = stop or threading.Event()
+    reason = ["stop requested"]
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        reason[0] = f"signal {signal.Signals(signum).name}"
+        event.set()
+
+    previous: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        while not event.wait(0.5):
+            pass
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+    return reason[0]
+
+
+def run_export(settings: Settings) -> int:
+    """Run the exporter until SIGTERM or SIGINT."""
+    logconf.configure(
+        settings.log_level,
+        json=None if settings.log_format == "auto" else settings.log_format == "json",
+    )
+    exporter = Exporter(settings)
+    exporter.start()
+    exporter.stop(wait_for_signal())
+    return 0

@@ -1,0 +1,41 @@
+"""Dynamic resources (DRA claims) used by containers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from podres_exporter.collectors.base import HOLDER_LABELS, RenderContext, holder_values
+
+
+class DraCollector:
+    """``podres_container_dynamic_resource_info``."""
+
+    name = "dra"
+    default_enabled = True
+    description = "dynamic-resource (DRA) claims and their devices per container"
+
+    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
+        acc = ctx.view.accounting
+        if acc is None:
+            return
+        info = InfoMetricFamily(
+            "podres_container_dynamic_resource",
+            "One series per device of a DRA claim used by a container.",
+            labels=[*HOLDER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device"],
+        )
+        for c in acc.claims:
+            info.add_metric(
+                [
+                    *holder_values(c.holder),
+                    c.claim_namespace,
+                    c.claim_name,
+                    c.driver,
+                    c.pool,
+                    c.device,
+                ],
+                {},
+            )
+        yield info

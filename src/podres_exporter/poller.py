@@ -1,0 +1,220 @@
+"""The background loop: one reading per interval, never one per scrape.
+
+Each poll reads the node topology and the kubelet, accounts the result and
+publishes an immutable :class:`~podres_exporter.view.NodeView`. When the kubelet
+fails, the last good reading stays published with ``kubelet_up`` false, and the
+next attempt waits an exponential backoff with jitter (the kubelet's rate limit
+is global: hammering it hurts every client on the node).
+
+A kubelet that has just restarted answers for a short while with no pods and
+no allocatable CPUs. Such a reading, after one that had either, is held back
+and re-read soon; it is accepted only when it persists for ``empty_confirm_s``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from podres_exporter.errors import KubeletError, SourceError
+from podres_exporter.model import KubeletReading, NodeTopology, RequestStats, Snapshot
+from podres_exporter.view import NodeView
+
+log = structlog.get_logger(__name__)
+
+
+class KubeletSource(Protocol):
+    """What the poller needs of a kubelet client."""
+
+    socket_path: str
+
+    def read(self) -> KubeletReading: ...
+
+    def stats(self) -> RequestStats: ...
+
+
+class Store:
+    """The latest published NodeView, shared by the HTTP server and other readers."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._view: NodeView | None = None
+
+    def current(self) -> NodeView | None:
+        """The latest view, or None before the first poll finished."""
+        return self._view
+
+    def publish(self, view: NodeView) -> None:
+        """Replace the current view and wake waiters."""
+        with self._cond:
+            self._view = view
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[NodeView], bool], timeout: float) -> NodeView | None:
+        """Block until a published view satisfies ``predicate``; None on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._view is None or not predicate(self._view):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._view
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with jitter.
+
+    The n-th retry waits a random time in [d/2, d], d = min(max, initial * 2^(n-1)).
+    """
+
+    initial_s: float = 1.0
+    max_s: float = 30.0
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        d = min(self.max_s, self.initial_s * (2 ** max(failures - 1, 0)))
+        return rng.uniform(d / 2, d)
+
+
+def _is_empty(reading: KubeletReading) -> bool:
+    cpus = reading.allocatable.cpu_ids if reading.allocatable is not None else frozenset()
+    return not reading.pods and not cpus
+
+
+class Poller:
+    """Owns the kubelet client and the topology reader; publishes to a Store."""
+
+    def __init__(
+        self,
+        kubelet: KubeletSource,
+        read_topology: Callable[[], NodeTopology],
+        store: Store,
+        *,
+        interval_s: float = 10.0,
+        backoff: Backoff | None = None,
+        empty_confirm_s: float = 3.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._kubelet = kubelet
+        self._read_topology = read_topology
+        self._store = store
+        self._interval = interval_s
+        self._backoff = backoff or Backoff()
+        self._empty_confirm = empty_confirm_s
+        self._clock = clock
+        self._wall = wall_clock
+        self._rng = rng or random.Random()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._generation = 0
+        self._failures = 0
+        self._last_error_kind: str | None = None
+        self._reading: KubeletReading | None = None
+        self._topology = NodeTopology(online_cpus=frozenset())
+        self._suspect_since: float | None = None
+        self._suspect_total = 0
+
+    # -- one poll
+
+    def poll_once(self) -> float:
+        """Poll once, publish when there is something new; return the seconds to wait."""
+        try:
+            self._topology = self._read_topology()
+        except SourceError as err:
+            log.error("topology_read_failed", error=str(err))
+        try:
+            reading = self._kubelet.read()
+        except KubeletError as err:
+            return self._failed(err)
+        if self._failures:
+            log.info(
+                "kubelet_recovered", socket=self._kubelet.socket_path, after_failures=self._failures
+            )
+        self._failures = 0
+        self._last_error_kind = None
+        if self._reading is not None and _is_empty(reading) and not _is_empty(self._reading):
+            now = self._clock()
+            if self._suspect_since is None:
+                self._suspect_since = now
+                self._suspect_total += 1
+                log.warning(
+                    "kubelet_empty_reading_held",
+                    socket=self._kubelet.socket_path,
+                    reason="no pods and no allocatable CPUs right after a non-empty reading; "
+                    "the kubelet may have just restarted",
+                )
+            if now - self._suspect_since < self._empty_confirm:
+                return min(0.5, self._interval)
+            log.info("kubelet_empty_reading_confirmed", socket=self._kubelet.socket_path)
+        self._suspect_since = None
+        self._reading = reading
+        self._publish(kubelet_up=True, error=None)
+        return self._interval
+
+    def _failed(self, err: KubeletError) -> float:
+        self._failures += 1
+        kind = type(err).__name__
+        if kind != self._last_error_kind:
+            log.warning(
+                "kubelet_read_failed",
+                socket=self._kubelet.socket_path,
+                error_kind=kind,
+                code=err.code,
+                error=str(err),
+                serving="last good reading" if self._reading else "nothing yet",
+            )
+            self._last_error_kind = kind
+        self._suspect_since = None
+        self._publish(kubelet_up=False, error=str(err))
+        return self._backoff.delay(self._failures, self._rng)
+
+    def _publish(self, *, kubelet_up: bool, error: str | None) -> None:
+        self._generation += 1
+        snap = Snapshot(
+            generation=self._generation,
+            taken_at=self._wall(),
+            topology=self._topology,
+            reading=self._reading,
+            kubelet_up=kubelet_up,
+            kubelet_error=error,
+            stats=self._kubelet.stats(),
+            suspect_empty_readings=self._suspect_total,
+        )
+        self._store.publish(NodeView.of(snap))
+
+    # -- the loop
+
+    def run(self) -> None:
+        """Poll until :meth:`stop`; never raises on bad data or a missing kubelet."""
+        while not self._stop.is_set():
+            try:
+                wait = self.poll_once()
+            except Exception:
+                log.exception("poll_failed")
+                self._failures += 1
+                wait = self._backoff.delay(self._failures, self._rng)
+            self._stop.wait(wait)
+
+    def start(self) -> None:
+        """Run the loop in a daemon thread."""
+        self._thread = threading.Thread(target=self.run, name="podres-poller", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """True while the loop thread runs (the /healthz answer)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the loop to stop and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

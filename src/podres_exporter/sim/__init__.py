@@ -1,0 +1,91 @@
+"""A simulated kubelet that speaks the real pod-resources gRPC API on a unix socket.
+
+The built-in demo (``podres demo``) and the test-suite use it. A ``Scenario`` (a TOML
+file or Python data) describes the node (NUMA nodes, CPUs, reserved CPUs, CPU and
+memory manager policies, memory, devices), the kubelet's behaviour and the pods; a
+``Node`` admits the pods the way the kubelet's CPU, memory and device managers do;
+``SimKubelet`` serves the node over gRPC. ``write_sysfs`` writes the matching CPU and
+NUMA files for the exporter's ``--path.sysfs``.
+
+    from podres_exporter.sim import SimKubelet
+
+    with SimKubelet("demo", "/tmp/podres/kubelet.sock") as kubelet:
+        kubelet.start_churn(5.0)
+        ...
+"""
+
+from podres_exporter.sim.node import (
+    ChurnEvent,
+    ClaimGrant,
+    ContainerState,
+    DeviceGrant,
+    MemoryGrant,
+    Node,
+    NodeSnapshot,
+    PodState,
+)
+from podres_exporter.sim.scenario import (
+    ClaimDeviceSpec,
+    ClaimSpec,
+    ContainerSpec,
+    DeviceSpec,
+    KubeletBehaviour,
+    NodeSpec,
+    PodSpec,
+    Scenario,
+    ScenarioError,
+    builtin_names,
+    format_cpu_list,
+    load_builtin,
+    parse_bytes,
+    parse_cpu_list,
+    parse_millicpu,
+)
+from podres_exporter.sim.server import (
+    GET,
+    GET_ALLOCATABLE,
+    GET_ALLOCATABLE_DISABLED,
+    GET_DISABLED,
+    LIST,
+    LIST_V1ALPHA1,
+    RATE_LIMITED,
+    SimKubelet,
+    TokenBucket,
+)
+from podres_exporter.sim.sysfs import write_sysfs
+
+__all__ = [
+    "GET",
+    "GET_ALLOCATABLE",
+    "GET_ALLOCATABLE_DISABLED",
+    "GET_DISABLED",
+    "LIST",
+    "LIST_V1ALPHA1",
+    "RATE_LIMITED",
+    "ChurnEvent",
+    "ClaimDeviceSpec",
+    "ClaimGrant",
+    "ClaimSpec",
+    "ContainerSpec",
+    "ContainerState",
+    "DeviceGrant",
+    "DeviceSpec",
+    "KubeletBehaviour",
+    "MemoryGrant",
+    "Node",
+    "NodeSnapshot",
+    "NodeSpec",
+    "PodSpec",
+    "PodState",
+    "Scenario",
+    "ScenarioError",
+    "SimKubelet",
+    "TokenBucket",
+    "builtin_names",
+    "format_cpu_list",
+    "load_builtin",
+    "parse_bytes",
+    "parse_cpu_list",
+    "parse_millicpu",
+    "write_sysfs",
+]

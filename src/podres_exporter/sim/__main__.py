@@ -1,0 +1,105 @@
+"""Run the simulated kubelet standalone until SIGTERM or SIGINT.
+
+    python -m podres_exporter.sim --scenario demo --socket /tmp/podres/kubelet.sock \\
+        [--sysfs-out DIR] [--churn-interval SECONDS]
+
+``--scenario`` is a built-in name (``demo``, ``minimal`` ...) or a TOML file.
+``--churn-interval`` defaults to the scenario's (0 turns churn off). On a signal the
+server stops and the socket is removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from podres_exporter.sim.scenario import Scenario, ScenarioError, builtin_names, load_builtin
+from podres_exporter.sim.server import SimKubelet
+from podres_exporter.sim.sysfs import write_sysfs
+
+log = structlog.get_logger("podres_exporter.sim")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m podres_exporter.sim",
+        description="Serve a simulated kubelet pod-resources API on a unix socket.",
+    )
+    p.add_argument(
+        "--scenario",
+        default="demo",
+        help=f"built-in scenario ({', '.join(builtin_names())}) or a TOML file (default: demo)",
+    )
+    p.add_argument("--socket", required=True, type=Path, help="unix socket path to serve on")
+    p.add_argument("--sysfs-out", type=Path, help="also write a fake sysfs tree for the node here")
+    p.add_argument(
+        "--churn-interval",
+        type=float,
+        default=None,
+        help="seconds between churn steps (default: the scenario's; 0: no churn)",
+    )
+    return p
+
+
+def _load(name: str) -> Scenario:
+    path = Path(name)
+    if path.suffix == ".toml" or path.is_file():
+        return Scenario.load(path)
+    return load_builtin(name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        scenario = _load(args.scenario)
+    except ScenarioError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    if args.sysfs_out is not None:
+        write_sysfs(scenario.node, args.sysfs_out)
+    interval = scenario.churn_interval_s if args.churn_interval is None else args.churn_interval
+
+    stop = threading.Event()
+    reason: list[str] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        reason.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    sim = SimKubelet(scenario, args.socket)
+    try:
+        sim.start()
+    except OSError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    try:
+        if interval > 0:
+            sim.start_churn(interval)
+        log.info(
+            "sim_serving",
+            socket=str(sim.socket_path),
+            scenario=scenario.name,
+            pods=len(sim.node.pods),
+            churn_interval_s=interval,
+        )
+        while not stop.wait(0.5):
+            pass
+    finally:
+        sim.stop(remove_socket=True)
+    log.info("sim_exit", reason=reason[0] if reason else "done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,595 @@
+"""The simulated node's state and its admission allocator (pure Python, no gRPC).
+
+``Node`` holds what a kubelet's CPU, memory and device managers hold: the free
+allocatable CPUs per NUMA node, the free healthy devices per resource and NUMA
+placement, the free pinnable memory per NUMA node and type, and the admitted pods.
+
+Admitting a pod allocates the way the kubelet does:
+
+* a container of a Guaranteed pod that asks a whole number of CPUs gets that many
+  exclusive CPUs under the static CPU policy, from the allocatable pool (never a
+  reserved CPU, never a CPU given to another container); shared-pool containers get
+  none (the 1.23+ semantics of ``cpu_ids``);
+* devices come from the free HEALTHY devices of the resource;
+* under the static memory manager, a container of a Guaranteed pod gets its
+  ``memory`` and ``hugepages-*`` requests pinned to NUMA nodes;
+* all of a container's resources are taken from ONE NUMA node when one can hold
+  them all (the lowest such node, as the topology manager's hint merge prefers);
+  otherwise they spill over several nodes;
+* a pod that cannot be admitted is kept, like a pod rejected at admission (phase
+  Failed, reason ``UnexpectedAdmissionError``), with its containers and EMPTY
+  resources; whatever its earlier containers got is given back.
+
+Removing a pod frees its resources. ``step`` is one step of churn: a random pod of a
+template marked ``churn`` is deleted and a replacement admitted under a new name.
+Every public method takes the node's lock, so a Node can be shared between threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from podres_exporter.sim.scenario import (
+    ClaimDeviceSpec,
+    ContainerKind,
+    ContainerSpec,
+    DeviceSpec,
+    NodeSpec,
+    PodSpec,
+    QoS,
+    Scenario,
+)
+
+__all__ = [
+    "ChurnEvent",
+    "ClaimGrant",
+    "ContainerState",
+    "DeviceGrant",
+    "MemoryGrant",
+    "Node",
+    "NodeSnapshot",
+    "PodState",
+]
+
+PodKey = tuple[str, str]  # (namespace, name)
+_NumaKey = tuple[int, ...] | None
+
+# The alphabet Kubernetes uses for generated name suffixes (no vowels, no 0/1/3).
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_ADMISSION_ERROR = "UnexpectedAdmissionError"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """One device held by a container; ``numa`` None: the device has no topology."""
+
+    resource: str
+    device_id: str
+    numa: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryGrant:
+    """Memory of one type pinned to a group of NUMA nodes (or allocatable on one)."""
+
+    memory_type: str
+    size: int
+    numa: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimGrant:
+    """A DRA claim of a container, with the pod's name filled in."""
+
+    name: str
+    namespace: str
+    devices: tuple[ClaimDeviceSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerState:
+    """What one container holds; everything empty for a shared, device-less container."""
+
+    name: str
+    kind: ContainerKind = "app"
+    cpu_ids: tuple[int, ...] = ()
+    devices: tuple[DeviceGrant, ...] = ()
+    memory: tuple[MemoryGrant, ...] = ()
+    claims: tuple[ClaimGrant, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """True when the container holds nothing at all."""
+        return not (self.cpu_ids or self.devices or self.memory or self.claims)
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    """An admitted (Running) or rejected (Failed) pod, with its containers in the
+    kubelet's order: restartable sidecars first, then app containers."""
+
+    namespace: str
+    name: str
+    spec: PodSpec
+    containers: tuple[ContainerState, ...]
+    phase: Literal["Running", "Failed"] = "Running"
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def key(self) -> PodKey:
+        """``(namespace, name)``."""
+        return (self.namespace, self.name)
+
+    @property
+    def admitted(self) -> bool:
+        """False for a pod rejected at admission."""
+        return self.phase == "Running"
+
+    @property
+    def qos(self) -> QoS:
+        """The pod's QoS class."""
+        return self.spec.effective_qos
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """A consistent view of the node, taken under its lock.
+
+    ``allocatable_cpus`` is empty under CPU policy ``none``; ``healthy_devices`` are
+    the devices GetAllocatableResources reports; ``allocatable_memory`` has one block
+    per NUMA node per type under the static memory manager, else nothing.
+    ``generation`` increases with every change.
+    """
+
+    pods: tuple[PodState, ...]
+    allocatable_cpus: tuple[int, ...]
+    healthy_devices: tuple[DeviceSpec, ...]
+    allocatable_memory: tuple[MemoryGrant, ...]
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChurnEvent:
+    """One churn step: the pod deleted and its replacement."""
+
+    removed: PodState
+    added: PodState
+
+
+@dataclass(slots=True)
+class _Hold:
+    """What a pod took, so that it can be given back exactly."""
+
+    cpus: list[int] = field(default_factory=list)
+    devices: list[tuple[str, str]] = field(default_factory=list)
+    memory: list[tuple[str, int, int]] = field(default_factory=list)  # type, NUMA node, bytes
+
+
+class _AdmissionFailure(Exception):
+    pass
+
+
+class Node:
+    """The node's resources and pods; see the module docstring."""
+
+    def __init__(self, spec: NodeSpec, *, seed: int = 0) -> None:
+        self._spec = spec
+        self._seed = seed
+        self._lock = threading.RLock()
+        self._rng = random.Random(seed)
+        self._generation = 0
+        self._cpu_numa = dict(spec.cpu_to_numa)
+        self._free_cpus: list[list[int]] = [[] for _ in range(spec.numa_nodes)]
+        if spec.cpu_policy == "static":
+            for cpu in spec.allocatable_cpus:
+                self._free_cpus[self._cpu_numa[cpu]].append(cpu)
+            for heap in self._free_cpus:
+                heapq.heapify(heap)
+        self._devices: list[DeviceSpec] = list(spec.devices)
+        self._dev_index: dict[tuple[str, str], int] = {
+            (d.resource, d.id): i for i, d in enumerate(spec.devices)
+        }
+        self._free_dev: dict[str, dict[_NumaKey, list[int]]] = {}
+        self._parked: set[int] = set()  # free but unhealthy
+        for i, d in enumerate(spec.devices):
+            if d.healthy:
+                self._free_dev.setdefault(d.resource, {}).setdefault(d.numa, []).append(i)
+            else:
+                self._free_dev.setdefault(d.resource, {})
+                self._parked.add(i)
+        self._healthy_cache: tuple[DeviceSpec, ...] | None = None
+        self._free_mem: dict[str, list[int]] = {t: list(s) for t, s in spec.memory.items()}
+        self._pods: dict[PodKey, PodState] = {}
+        self._holds: dict[PodKey, _Hold] = {}
+        self._prefixes: dict[tuple[str, str, str], str] = {}
+        self._needs_cache: dict[
+            tuple[int, str, bool], tuple[ContainerSpec, tuple[int, dict[str, int], dict[str, int]]]
+        ] = {}
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario) -> Node:
+        """A node with every pod of the scenario admitted, in scenario order."""
+        node = cls(scenario.node, seed=scenario.seed)
+        for spec in scenario.pods:
+            for _ in range(spec.replicas):
+                node.admit(spec)
+        return node
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def spec(self) -> NodeSpec:
+        """The node's hardware and policies (device health as in the scenario)."""
+        return self._spec
+
+    @property
+    def generation(self) -> int:
+        """A counter that increases with every change of the node."""
+        with self._lock:
+            return self._generation
+
+    def snapshot(self) -> NodeSnapshot:
+        """A consistent view of pods and allocatable resources."""
+        with self._lock:
+            if self._healthy_cache is None:
+                self._healthy_cache = tuple(d for d in self._devices if d.healthy)
+            memory: tuple[MemoryGrant, ...] = ()
+            if self._spec.memory_policy == "static":
+                memory = tuple(
+                    MemoryGrant(t, size, (n,))
+                    for t, sizes in self._spec.memory.items()
+                    for n, size in enumerate(sizes)
+                )
+            return NodeSnapshot(
+                pods=tuple(self._pods.values()),
+                allocatable_cpus=self._spec.allocatable_cpus,
+                healthy_devices=self._healthy_cache,
+                allocatable_memory=memory,
+                generation=self._generation,
+            )
+
+    @property
+    def pods(self) -> tuple[PodState, ...]:
+        """Every pod, admitted or rejected, in admission order (a consistent copy)."""
+        with self._lock:
+            return tuple(self._pods.values())
+
+    def pod(self, namespace: str, name: str) -> PodState | None:
+        """One pod, or None."""
+        with self._lock:
+            return self._pods.get((namespace, name))
+
+    def free_cpus(self) -> frozenset[int]:
+        """Allocatable CPUs that no container holds exclusively."""
+        with self._lock:
+            return frozenset(c for heap in self._free_cpus for c in heap)
+
+    def free_devices(self, resource: str) -> frozenset[str]:
+        """Healthy devices of ``resource`` that no container holds."""
+        with self._lock:
+            buckets = self._free_dev.get(resource, {})
+            return frozenset(self._devices[i].id for heap in buckets.values() for i in heap)
+
+    def free_memory(self) -> dict[str, tuple[int, ...]]:
+        """Pinnable memory left per type, per NUMA node."""
+        with self._lock:
+            return {t: tuple(v) for t, v in self._free_mem.items()}
+
+    def device_healthy(self, resource: str, device_id: str) -> bool:
+        """Whether a device is healthy now; KeyError for an unknown device."""
+        with self._lock:
+            return self._devices[self._dev_index[(resource, device_id)]].healthy
+
+    # ------------------------------------------------------------------ changes
+
+    def admit(self, spec: PodSpec, *, name: str | None = None) -> PodState:
+        """Admit one pod of ``spec`` (named by its naming rule unless ``name`` is given).
+
+        Returns the pod, Running or (rejected) Failed. Raises ValueError when a pod of
+        that name already exists.
+        """
+        with self._lock:
+            if name is None:
+                name = self._new_name(spec, self._rng)
+            if (spec.namespace, name) in self._pods:
+                raise ValueError(f"pod {spec.namespace}/{name} already exists")
+            return self._admit(spec, name)
+
+    def remove(self, namespace: str, name: str) -> PodState | None:
+        """Delete a pod and free what it held; return it, or None if there is none."""
+        with self._lock:
+            state = self._pods.pop((namespace, name), None)
+            if state is None:
+                return None
+            hold = self._holds.pop((namespace, name), None)
+            if hold is not None:
+                self._release(hold)
+            self._generation += 1
+            return state
+
+    def step(self, rng: random.Random) -> ChurnEvent | None:
+        """Delete a random pod of a churn template and admit a replacement with a new
+        name (a StatefulSet pod comes back under its own name). None: nothing churns."""
+        with self._lock:
+            candidates = [k for k, p in self._pods.items() if p.spec.churn]
+            if not candidates:
+                return None
+            key = rng.choice(candidates)
+            removed = self.remove(*key)
+            assert removed is not None
+            spec = removed.spec
+            name = removed.name if spec.naming in ("statefulset", "static", "exact") else None
+            if name is None:
+                name = self._new_name(spec, rng)
+            added = self._admit(spec, name)
+            return ChurnEvent(removed=removed, added=added)
+
+    def set_device_health(self, resource: str, device_id: str, healthy: bool) -> None:
+        """Mark a device healthy or not (KeyError if unknown). An unhealthy device
+        leaves the allocatable list and is not handed out; a container holding it
+        keeps it."""
+        with self._lock:
+            i = self._dev_index[(resource, device_id)]
+            dev = self._devices[i]
+            if dev.healthy == healthy:
+                return
+            self._devices[i] = replace(dev, healthy=healthy)
+            self._healthy_cache = None
+            heap = self._free_dev[resource].setdefault(dev.numa, [])
+            if healthy and i in self._parked:
+                self._parked.discard(i)
+                heapq.heappush(heap, i)
+            elif not healthy and i in heap:
+                heap.remove(i)
+                heapq.heapify(heap)
+                self._parked.add(i)
+            self._generation += 1
+
+    # ------------------------------------------------------------------ internals
+
+    def _new_name(self, spec: PodSpec, rng: random.Random) -> str:
+        if spec.naming == "exact":
+            return spec.name
+        if spec.naming == "static":
+            return f"{spec.name}-{self._spec.name}"
+        if spec.naming == "statefulset":
+            ordinal = 0
+            while (spec.namespace, f"{spec.name}-{ordinal}") in self._pods:
+                ordinal += 1
+            return f"{spec.name}-{ordinal}"
+        prefix = self._prefixes.get((spec.namespace, spec.name, spec.naming))
+        if prefix is None:
+            prefix = spec.name
+            if spec.naming == "deployment":  # name-<pod-template-hash>-<suffix>
+                seed = f"{self._seed}/{spec.namespace}/{spec.name}".encode()
+                digest = hashlib.sha256(seed).digest()
+                prefix += "-" + "".join(
+                    _NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:10]
+                )
+            self._prefixes[(spec.namespace, spec.name, spec.naming)] = prefix
+        while True:
+            name = f"{prefix}-{''.join(rng.choices(_NAME_ALPHABET, k=5))}"
+            if (spec.namespace, name) not in self._pods:
+                return name
+
+    def _admit(self, spec: PodSpec, name: str) -> PodState:
+        qos = spec.effective_qos
+        pinned = self._spec.memory_policy == "static" and qos == "Guaranteed"
+        hold = _Hold()
+        containers: list[ContainerState] = []
+        try:
+            for c in spec.listed_containers:
+                containers.append(
+                    self._allocate(
+                        c,
+                        qos=qos,
+                        pinned=pinned,
+                        hold=hold,
+                        namespace=spec.namespace,
+                        pod_name=name,
+                    )
+                )
+        except _AdmissionFailure as exc:
+            self._release(hold)
+            state = PodState(
+                namespace=spec.namespace,
+                name=name,
+                spec=spec,
+                containers=tuple(ContainerState(c.name, c.kind) for c in spec.listed_containers),
+                phase="Failed",
+                reason=_ADMISSION_ERROR,
+                message=str(exc),
+            )
+        else:
+            state = PodState(spec.namespace, name, spec, tuple(containers))
+            self._holds[state.key] = hold
+        self._pods[state.key] = state
+        self._generation += 1
+        return state
+
+    def _allocate(
+        self,
+        c: ContainerSpec,
+        *,
+        qos: QoS,
+        pinned: bool,
+        hold: _Hold,
+        namespace: str,
+        pod_name: str,
+    ) -> ContainerState:
+        claims = tuple(
+            ClaimGrant(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
+            for cl in c.claims
+        )
+        ncpu, devices, memory = self._needs(c, qos, pinned)
+        if not (ncpu or devices or memory):
+            return ContainerState(c.name, c.kind, claims=claims)
+        self._check_totals(c.name, ncpu, devices, memory)
+
+        numa = next(
+            (n for n in range(self._spec.numa_nodes) if self._fits(n, ncpu, devices, memory)),
+            None,
+        )
+        if numa is not None:
+            cpus = self._take_cpus(ncpu, (numa,))
+            prefer: int | None = numa
+            group: tuple[int, ...] = (numa,)
+        else:
+            # No single NUMA node holds it all: spill, starting where most CPUs are free.
+            order = sorted(range(self._spec.numa_nodes), key=lambda n: -len(self._free_cpus[n]))
+            cpus = self._take_cpus(ncpu, tuple(order))
+            prefer = self._cpu_numa[cpus[0]] if cpus else self._best_device_node(devices)
+            group = self._memory_group(memory, prefer or 0)
+        hold.cpus.extend(cpus)
+        grants: list[DeviceGrant] = []
+        for resource, count in devices.items():
+            grants.extend(self._take_devices(resource, count, prefer, hold))
+        mem_grants = self._take_memory(memory, group, hold)
+        return ContainerState(
+            c.name,
+            c.kind,
+            cpu_ids=tuple(sorted(cpus)),
+            devices=tuple(grants),
+            memory=mem_grants,
+            claims=claims,
+        )
+
+    def _needs(
+        self, c: ContainerSpec, qos: QoS, pinned: bool
+    ) -> tuple[int, dict[str, int], dict[str, int]]:
+        """Exclusive CPUs, devices and pinned memory a container asks (cached per spec)."""
+        key = (id(c), qos, pinned)
+        hit = self._needs_cache.get(key)
+        if hit is not None and hit[0] is c:
+            return hit[1]
+        needs = (
+            c.exclusive_cpus(qos, self._spec.cpu_policy),
+            {r: n for r, n in c.devices.items() if n > 0},
+            c.memory_requests() if pinned else {},
+        )
+        self._needs_cache[key] = (c, needs)
+        return needs
+
+    def _check_totals(
+        self, container: str, ncpu: int, devices: Mapping[str, int], memory: Mapping[str, int]
+    ) -> None:
+        free = sum(len(h) for h in self._free_cpus)
+        if ncpu > free:
+            raise _AdmissionFailure(
+                f"Allocate failed due to not enough cpus available to satisfy request: "
+                f"requested={ncpu}, available={free} (container {container})"
+            )
+        for resource, count in devices.items():
+            have = sum(len(h) for h in self._free_dev.get(resource, {}).values())
+            if count > have:
+                raise _AdmissionFailure(
+                    f"Allocate failed due to requested number of devices unavailable for "
+                    f"{resource}. Requested: {count}, Available: {have}"
+                )
+        for mtype, size in memory.items():
+            have = sum(self._free_mem.get(mtype, ()))
+            if size > have:
+                raise _AdmissionFailure(
+                    f"Allocate failed due to [memorymanager] failed to find NUMA nodes to "
+                    f"extend the current topology hint: {mtype} requested={size}, free={have}"
+                )
+
+    def _fits(
+        self, n: int, ncpu: int, devices: Mapping[str, int], memory: Mapping[str, int]
+    ) -> bool:
+        if len(self._free_cpus[n]) < ncpu:
+            return False
+        for resource, count in devices.items():
+            buckets = self._free_dev.get(resource, {})
+            near = sum(len(h) for k, h in buckets.items() if k is None or n in k)
+            if near < count:
+                return False
+        return all(self._free_mem[t][n] >= size for t, size in memory.items())
+
+    def _best_device_node(self, devices: Mapping[str, int]) -> int | None:
+        if not devices:
+            return None
+        counts = [0] * self._spec.numa_nodes
+        for resource in devices:
+            for key, heap in self._free_dev.get(resource, {}).items():
+                for n in key or ():
+                    counts[n] += len(heap)
+        return max(range(len(counts)), key=lambda n: (counts[n], -n))
+
+    def _take_cpus(self, count: int, order: Iterable[int]) -> list[int]:
+        taken: list[int] = []
+        for n in order:
+            heap = self._free_cpus[n]
+            while heap and len(taken) < count:
+                taken.append(heapq.heappop(heap))
+        return taken
+
+    def _take_devices(
+        self, resource: str, count: int, prefer: int | None, hold: _Hold
+    ) -> list[DeviceGrant]:
+        buckets = self._free_dev[resource]
+
+        def rank(key: _NumaKey) -> tuple[int, int]:
+            if prefer is not None and key == (prefer,):
+                return (0, 0)
+            if prefer is not None and key is not None and prefer in key:
+                return (1, len(key))
+            if key is None:
+                return (2, 0)
+            return (3, key[0])
+
+        taken: list[DeviceGrant] = []
+        for key in sorted(buckets, key=rank):
+            heap = buckets[key]
+            while heap and len(taken) < count:
+                dev = self._devices[heapq.heappop(heap)]
+                hold.devices.append((dev.resource, dev.id))
+                taken.append(DeviceGrant(dev.resource, dev.id, dev.numa))
+        return taken
+
+    def _memory_group(self, memory: Mapping[str, int], start: int) -> tuple[int, ...]:
+        order = [start] + [n for n in range(self._spec.numa_nodes) if n != start]
+        group: list[int] = []
+        for n in order:
+            group.append(n)
+            if all(sum(self._free_mem[t][g] for g in group) >= s for t, s in memory.items()):
+                break
+        return tuple(sorted(group))
+
+    def _take_memory(
+        self, memory: Mapping[str, int], group: tuple[int, ...], hold: _Hold
+    ) -> tuple[MemoryGrant, ...]:
+        grants: list[MemoryGrant] = []
+        for mtype, size in memory.items():
+            left = size
+            for n in group:
+                part = min(left, self._free_mem[mtype][n])
+                if part:
+                    self._free_mem[mtype][n] -= part
+                    hold.memory.append((mtype, n, part))
+                    left -= part
+            grants.append(MemoryGrant(mtype, size, group))
+        return tuple(grants)
+
+    def _release(self, hold: _Hold) -> None:
+        for cpu in hold.cpus:
+            heapq.heappush(self._free_cpus[self._cpu_numa[cpu]], cpu)
+        for resource, device_id in hold.devices:
+            i = self._dev_index[(resource, device_id)]
+            dev = self._devices[i]
+            if dev.healthy:
+                heapq.heappush(self._free_dev[resource].setdefault(dev.numa, []), i)
+            else:
+                self._parked.add(i)
+        for mtype, n, size in hold.memory:
+            self._free_mem[mtype][n] += size
+        hold.cpus.clear()
+        hold.devices.clear()
+        hold.memory.clear()

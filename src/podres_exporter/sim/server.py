@@ -1,0 +1,671 @@
+"""``SimKubelet``: the kubelet's pod-resources gRPC API on a unix socket, simulated.
+
+It serves ``/v1.PodResourcesLister/{List,GetAllocatableResources,Get}`` and
+``/v1alpha1.PodResourcesLister/List`` over the real wire protocol (the generated
+messages), answering from a ``node.Node`` and behaving like a real kubelet:
+
+* List's pod order changes from call to call (a seeded RNG shuffles it);
+* the optional RPCs can be served, switched off (``UNKNOWN`` with the kubelet's
+  message) or missing (``UNIMPLEMENTED``, as from an older kubelet); with
+  ``api="v1alpha1"`` the v1 service does not exist at all;
+* an optional global token bucket (100 qps, burst 10, shared by every method)
+  answers ``RESOURCE_EXHAUSTED`` "rejected by rate limit";
+* responses have no size limit (a real kubelet sets none), so they can exceed a
+  client's default 4 MiB receive limit;
+* ``stop`` leaves a stale socket file behind (clients get ``UNAVAILABLE``);
+  ``restart`` deletes and re-creates the socket (a new inode) and, for a warm-up
+  window, answers List with no pods and allocatable ``cpu_ids`` empty, like a kubelet
+  whose CPU manager has not loaded yet.
+
+Every knob can be set in the scenario's ``[kubelet]`` table and changed at run time
+with ``set_behaviour``; all methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+import structlog
+
+from podres_exporter._generated.podresources.v1 import api_pb2
+from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as alpha_pb2
+from podres_exporter.sim.node import (
+    ChurnEvent,
+    ContainerState,
+    DeviceGrant,
+    MemoryGrant,
+    Node,
+    NodeSnapshot,
+    PodState,
+)
+from podres_exporter.sim.scenario import (
+    DeviceGrouping,
+    KubeletBehaviour,
+    PodSpec,
+    Scenario,
+    load_builtin,
+)
+
+__all__ = [
+    "ALL_METHODS",
+    "GET",
+    "GET_ALLOCATABLE",
+    "GET_ALLOCATABLE_DISABLED",
+    "GET_DISABLED",
+    "LIST",
+    "LIST_V1ALPHA1",
+    "RATE_LIMITED",
+    "RATE_LIMIT_BURST",
+    "RATE_LIMIT_QPS",
+    "SimKubelet",
+    "TokenBucket",
+    "allocatable_message",
+    "alpha_pod_message",
+    "pod_message",
+]
+
+log = structlog.get_logger("podres_exporter.sim")
+
+V1_SERVICE = "v1.PodResourcesLister"
+V1ALPHA1_SERVICE = "v1alpha1.PodResourcesLister"
+LIST = f"/{V1_SERVICE}/List"
+GET_ALLOCATABLE = f"/{V1_SERVICE}/GetAllocatableResources"
+GET = f"/{V1_SERVICE}/Get"
+LIST_V1ALPHA1 = f"/{V1ALPHA1_SERVICE}/List"
+ALL_METHODS = (LIST, GET_ALLOCATABLE, GET, LIST_V1ALPHA1)
+
+# The kubelet's own words.
+GET_ALLOCATABLE_DISABLED = "Pod Resources API GetAllocatableResources disabled"
+GET_DISABLED = "PodResources API Get method disabled"
+RATE_LIMITED = "rejected by rate limit"
+RATE_LIMIT_QPS = 100.0
+RATE_LIMIT_BURST = 10
+
+# A unix socket path longer than this cannot be bound (sockaddr_un.sun_path).
+_MAX_SOCKET_PATH = 107
+
+
+class TokenBucket:
+    """A token bucket like Go's ``rate.Limiter``: starts full, ``allow`` takes a token."""
+
+    def __init__(
+        self,
+        rate: float = RATE_LIMIT_QPS,
+        burst: int = RATE_LIMIT_BURST,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        """Take one token if there is one."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
+            self._last = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return True
+            return False
+
+
+# --------------------------------------------------------------------------- wire building
+
+
+_TOPOLOGIES: dict[tuple[int, ...], Any] = {}
+
+
+def _topology(nodes: Iterable[int]) -> Any:
+    """A TopologyInfo for ``nodes`` (node 0 included: a present message, ``ID`` 0)."""
+    key = tuple(nodes)
+    msg = _TOPOLOGIES.get(key)
+    if msg is None:
+        msg = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=n) for n in key])
+        _TOPOLOGIES[key] = msg
+    return msg
+
+
+def _device_pairs(grants: Iterable[DeviceGrant], grouping: DeviceGrouping) -> list[Any]:
+    """ContainerDevices entries: one per device id and NUMA node (a device with no
+    topology once, without the field), or one per resource (kubelet ~1.20)."""
+    out: list[Any] = []
+    if grouping == "per_device":
+        for g in grants:
+            if g.numa is None:
+                out.append(
+                    api_pb2.ContainerDevices(resource_name=g.resource, device_ids=[g.device_id])
+                )
+            else:
+                out.extend(
+                    api_pb2.ContainerDevices(
+                        resource_name=g.resource, device_ids=[g.device_id], topology=_topology((n,))
+                    )
+                    for n in g.numa
+                )
+        return out
+    groups: dict[str, list[DeviceGrant]] = {}
+    for g in grants:
+        groups.setdefault(g.resource, []).append(g)
+    for resource, members in groups.items():
+        numa = sorted({n for g in members for n in g.numa or ()})
+        entry = api_pb2.ContainerDevices(
+            resource_name=resource, device_ids=[g.device_id for g in members]
+        )
+        if numa:
+            entry.topology.CopyFrom(_topology(numa))
+        out.append(entry)
+    return out
+
+
+def _memory(blocks: Iterable[MemoryGrant]) -> list[Any]:
+    return [
+        api_pb2.ContainerMemory(memory_type=b.memory_type, size=b.size, topology=_topology(b.numa))
+        for b in blocks
+    ]
+
+
+def _container(c: ContainerState, grouping: DeviceGrouping) -> Any:
+    if c.empty:
+        return api_pb2.ContainerResources(name=c.name)
+    dynamic = [
+        api_pb2.DynamicResource(
+            claim_name=cl.name,
+            claim_namespace=cl.namespace,
+            claim_resources=[
+                api_pb2.ClaimResource(
+                    cdi_devices=[api_pb2.CDIDevice(name=n) for n in d.cdi_devices],
+                    driver_name=d.driver,
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    **({"share_id": d.share_id} if d.share_id is not None else {}),
+                )
+                for d in cl.devices
+            ],
+        )
+        for cl in c.claims
+    ]
+    return api_pb2.ContainerResources(
+        name=c.name,
+        devices=_device_pairs(c.devices, grouping),
+        cpu_ids=c.cpu_ids,
+        memory=_memory(c.memory),
+        dynamic_resources=dynamic,
+    )
+
+
+def pod_message(pod: PodState, grouping: DeviceGrouping = "per_device") -> Any:
+    """The v1 ``PodResources`` message for a pod."""
+    return api_pb2.PodResources(
+        name=pod.name,
+        namespace=pod.namespace,
+        containers=[_container(c, grouping) for c in pod.containers],
+    )
+
+
+def alpha_pod_message(pod: PodState, grouping: DeviceGrouping = "per_device") -> Any:
+    """The v1alpha1 ``PodResources`` message: devices only, no topology."""
+    return alpha_pb2.PodResources(
+        name=pod.name,
+        namespace=pod.namespace,
+        containers=[
+            alpha_pb2.ContainerResources(
+                name=c.name,
+                devices=[
+                    alpha_pb2.ContainerDevices(
+                        resource_name=d.resource_name, device_ids=list(d.device_ids)
+                    )
+                    for d in _device_pairs(c.devices, grouping)
+                ],
+            )
+            for c in pod.containers
+        ],
+    )
+
+
+def allocatable_message(
+    snap: NodeSnapshot, grouping: DeviceGrouping = "per_device", *, warming: bool = False
+) -> Any:
+    """The ``AllocatableResourcesResponse`` for a node snapshot."""
+    grants = (DeviceGrant(d.resource, d.id, d.numa) for d in snap.healthy_devices)
+    return api_pb2.AllocatableResourcesResponse(
+        devices=_device_pairs(grants, grouping),
+        cpu_ids=() if warming else snap.allocatable_cpus,
+        memory=_memory(snap.allocatable_memory),
+    )
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class _Router(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """Looks up the handler per call, so that knobs changed at run time take effect."""
+
+    def __init__(self, sim: SimKubelet) -> None:
+        self._sim = sim
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        return self._sim._handler_for(handler_call_details.method)
+
+
+def _unimplemented(details: str) -> Any:
+    def deny(_request: bytes, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, details)
+
+    return grpc.unary_unary_rpc_method_handler(deny)
+
+
+class SimKubelet:
+    """A simulated kubelet serving the pod-resources API on ``socket_path``.
+
+    ``scenario`` is a Scenario, a built-in scenario name (``"demo"``) or a TOML path.
+    Nothing is served until ``start``; use it as a context manager to start it and to
+    stop it with its socket removed. Churn runs only after ``start_churn`` (or with
+    ``auto_churn``, at the scenario's interval, on every start).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario | str | Path,
+        socket_path: str | Path,
+        *,
+        workers: int = 8,
+        auto_churn: bool = False,
+    ) -> None:
+        if isinstance(scenario, Path) or (isinstance(scenario, str) and scenario.endswith(".toml")):
+            scenario = Scenario.load(scenario)
+        elif isinstance(scenario, str):
+            scenario = load_builtin(scenario)
+        self._scenario = scenario
+        self._socket_path = Path(socket_path).absolute()
+        if len(str(self._socket_path).encode()) > _MAX_SOCKET_PATH:
+            raise ValueError(
+                f"unix socket path too long ({_MAX_SOCKET_PATH} bytes at most): {self._socket_path}"
+            )
+        self._workers = workers
+        self._auto_churn = auto_churn
+        self._node = Node.from_scenario(scenario)
+        self._lock = threading.Lock()  # behaviour, counters, RNGs
+        self._life = threading.RLock()  # start / stop / restart
+        self._behaviour = scenario.kubelet
+        self._bucket = TokenBucket()
+        self._list_rng = random.Random(scenario.seed + 1)
+        self._churn_rng = random.Random(scenario.seed + 2)
+        self._counts = dict.fromkeys(ALL_METHODS, 0)
+        self._rate_limited = 0
+        self._ready_at = 0.0
+        self._server: grpc.Server | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._churn_thread: threading.Thread | None = None
+        self._churn_stop = threading.Event()
+        self._churn_interval = 0.0
+        # Built v1 PodResources messages by pod, reused while the pod is unchanged.
+        self._messages: dict[tuple[str, str], tuple[PodState, DeviceGrouping, Any]] = {}
+        self._handlers = {
+            LIST: grpc.unary_unary_rpc_method_handler(
+                self._list,
+                request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
+                response_serializer=api_pb2.ListPodResourcesResponse.SerializeToString,
+            ),
+            GET_ALLOCATABLE: grpc.unary_unary_rpc_method_handler(
+                self._get_allocatable,
+                request_deserializer=api_pb2.AllocatableResourcesRequest.FromString,
+                response_serializer=api_pb2.AllocatableResourcesResponse.SerializeToString,
+            ),
+            GET: grpc.unary_unary_rpc_method_handler(
+                self._get,
+                request_deserializer=api_pb2.GetPodResourcesRequest.FromString,
+                response_serializer=api_pb2.GetPodResourcesResponse.SerializeToString,
+            ),
+            LIST_V1ALPHA1: grpc.unary_unary_rpc_method_handler(
+                self._list_v1alpha1,
+                request_deserializer=alpha_pb2.ListPodResourcesRequest.FromString,
+                response_serializer=alpha_pb2.ListPodResourcesResponse.SerializeToString,
+            ),
+        }
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario the simulator was built from."""
+        return self._scenario
+
+    @property
+    def node(self) -> Node:
+        """The node's live state (thread-safe)."""
+        return self._node
+
+    @property
+    def socket_path(self) -> Path:
+        """The absolute path of the unix socket."""
+        return self._socket_path
+
+    @property
+    def target(self) -> str:
+        """The gRPC target for a client channel: ``unix:<socket path>``."""
+        return f"unix:{self._socket_path}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server is serving."""
+        with self._life:
+            return self._server is not None
+
+    @property
+    def behaviour(self) -> KubeletBehaviour:
+        """The current behaviour knobs."""
+        with self._lock:
+            return self._behaviour
+
+    @property
+    def request_count(self) -> dict[str, int]:
+        """Requests that reached the simulated kubelet per method path (``LIST`` ...),
+        rate-limited ones included; calls to a method or service it does not serve
+        (UNIMPLEMENTED) are not counted."""
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def total_requests(self) -> int:
+        """The sum of ``request_count``."""
+        with self._lock:
+            return sum(self._counts.values())
+
+    @property
+    def rate_limited_count(self) -> int:
+        """How many requests the rate limit rejected."""
+        with self._lock:
+            return self._rate_limited
+
+    def reset_request_counts(self) -> None:
+        """Zero ``request_count`` and ``rate_limited_count``."""
+        with self._lock:
+            self._counts = dict.fromkeys(ALL_METHODS, 0)
+            self._rate_limited = 0
+
+    # ------------------------------------------------------------------ knobs and state
+
+    def set_behaviour(self, **knobs: Any) -> KubeletBehaviour:
+        """Change behaviour knobs (``api``, ``get_allocatable``, ``get``, ``rate_limit``,
+        ``device_grouping``, ``list_rejected``) at run time; ValueError for a bad value,
+        TypeError for an unknown knob. Switching the rate limit on starts a full bucket."""
+        with self._lock:
+            new = replace(self._behaviour, **knobs)
+            if new.rate_limit and not self._behaviour.rate_limit:
+                self._bucket = TokenBucket()
+            self._behaviour = new
+            return new
+
+    def set_device_health(self, resource: str, device_id: str, healthy: bool) -> None:
+        """Mark a device healthy or unhealthy (KeyError if the node has no such device)."""
+        self._node.set_device_health(resource, device_id, healthy)
+
+    def admit(self, pod_spec: PodSpec, *, name: str | None = None) -> PodState:
+        """Admit a new pod (Running, or Failed when its resources are not there)."""
+        return self._node.admit(pod_spec, name=name)
+
+    def remove(self, namespace: str, name: str) -> bool:
+        """Delete a pod and free its resources; False when there was no such pod."""
+        return self._node.remove(namespace, name) is not None
+
+    def churn_once(self) -> ChurnEvent | None:
+        """One churn step: delete a random churnable pod, admit a replacement."""
+        with self._lock:
+            rng = self._churn_rng
+            event = self._node.step(rng)
+        if event is not None:
+            log.debug(
+                "sim_churn",
+                removed=f"{event.removed.namespace}/{event.removed.name}",
+                added=f"{event.added.namespace}/{event.added.name}",
+                added_phase=event.added.phase,
+            )
+        return event
+
+    def start_churn(self, interval_s: float | None = None) -> None:
+        """Run ``churn_once`` every ``interval_s`` seconds (default: the scenario's) on a
+        daemon thread until ``stop_churn`` or ``stop``."""
+        interval = self._scenario.churn_interval_s if interval_s is None else interval_s
+        if interval <= 0:
+            raise ValueError(f"churn interval must be positive, got {interval}")
+        with self._life:
+            self.stop_churn()
+            stop = threading.Event()
+            thread = threading.Thread(
+                target=self._churn_loop,
+                args=(interval, stop),
+                name="sim-kubelet-churn",
+                daemon=True,
+            )
+            self._churn_stop = stop
+            self._churn_thread = thread
+            self._churn_interval = interval
+            thread.start()
+
+    def stop_churn(self) -> None:
+        """Stop the churn thread, if any, and wait for it."""
+        with self._life:
+            thread, self._churn_thread = self._churn_thread, None
+            self._churn_stop.set()
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+
+    def _churn_loop(self, interval: float, stop: threading.Event) -> None:
+        while not stop.wait(interval):
+            self.churn_once()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, *, warmup: float = 0.0) -> SimKubelet:
+        """Create the socket (a new inode) and serve. For ``warmup`` seconds List has no
+        pods and allocatable ``cpu_ids`` is empty. RuntimeError if already running."""
+        with self._life:
+            if self._server is not None:
+                raise RuntimeError("the simulated kubelet is already running")
+            path = self._socket_path
+            path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+            executor = ThreadPoolExecutor(
+                max_workers=self._workers, thread_name_prefix="sim-kubelet"
+            )
+            server = grpc.server(
+                executor,
+                handlers=[_Router(self)],
+                options=[
+                    ("grpc.max_send_message_length", -1),
+                    ("grpc.max_receive_message_length", -1),
+                ],
+            )
+            # Keep the old inode alive while the new socket is bound, so that the new
+            # socket cannot reuse its number: a client watching the inode sees a restart.
+            with self._old_inode_held():
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                try:
+                    port = server.add_insecure_port(f"unix:{path}")
+                except RuntimeError as exc:
+                    executor.shutdown(wait=False)
+                    raise OSError(f"cannot bind {path}: {exc}") from exc
+                if port == 0:
+                    executor.shutdown(wait=False)
+                    raise OSError(f"cannot bind {path}")
+                with self._lock:
+                    self._ready_at = time.monotonic() + max(0.0, warmup)
+                server.start()
+            self._server, self._executor = server, executor
+            log.info("sim_kubelet_started", socket=str(path), scenario=self._scenario.name)
+        if self._auto_churn and self._scenario.churn_interval_s > 0:
+            self.start_churn()
+        return self
+
+    def stop(self, *, remove_socket: bool = False) -> None:
+        """Stop serving at once (in-flight calls are cancelled) and stop churn.
+
+        The socket file stays on disk, stale, like a stopped kubelet's: clients get
+        ``UNAVAILABLE``. ``remove_socket`` removes it instead. Safe to call twice."""
+        self.stop_churn()
+        with self._life:
+            server, executor = self._server, self._executor
+            self._server = self._executor = None
+            path = self._socket_path
+            if server is not None:
+                # gRPC unlinks its socket on shutdown; put the same inode back, stale.
+                with self._old_inode_held() as hold:
+                    server.stop(grace=None).wait()
+                    if hold is not None and not remove_socket and not path.exists():
+                        os.link(hold, path)
+                if executor is not None:
+                    executor.shutdown(wait=True, cancel_futures=True)
+                log.info("sim_kubelet_stopped", socket=str(path), stale=not remove_socket)
+            if remove_socket:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+    def restart(self, warmup: float = 0.1) -> None:
+        """Stop, then start with a NEW socket inode and a ``warmup`` window. Churn that
+        was running goes on at the same interval."""
+        with self._life:
+            churning = self._churn_thread is not None
+            self.stop()
+            self.start(warmup=warmup)
+            if churning and self._churn_thread is None:
+                self.start_churn(self._churn_interval)
+
+    def __enter__(self) -> SimKubelet:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop(remove_socket=True)
+
+    @contextlib.contextmanager
+    def _old_inode_held(self) -> Iterator[Path | None]:
+        path = self._socket_path
+        hold = path.with_name(f".{path.name}.{os.getpid()}.{id(self):x}.old")
+        try:
+            os.link(path, hold)
+        except OSError:
+            yield None
+            return
+        try:
+            yield hold
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                hold.unlink()
+
+    # ------------------------------------------------------------------ RPCs
+
+    def _handler_for(self, method: str) -> Any:
+        handler = self._handlers.get(method)
+        if handler is None:
+            return None
+        behaviour = self.behaviour
+        if method == LIST_V1ALPHA1:
+            return handler
+        if behaviour.api != "v1":
+            return _unimplemented(f"unknown service {V1_SERVICE}")
+        mode = {GET_ALLOCATABLE: behaviour.get_allocatable, GET: behaviour.get}.get(method)
+        if mode == "unimplemented":
+            return _unimplemented(
+                f"unknown method {method.rsplit('/', 1)[1]} for service {V1_SERVICE}"
+            )
+        return handler
+
+    def _enter(self, method: str, context: grpc.ServicerContext) -> tuple[KubeletBehaviour, bool]:
+        """Count the call, apply the rate limit; return the behaviour and whether the
+        kubelet is still warming up."""
+        with self._lock:
+            self._counts[method] += 1
+            behaviour = self._behaviour
+            allowed = not behaviour.rate_limit or self._bucket.allow()
+            if not allowed:
+                self._rate_limited += 1
+            warming = time.monotonic() < self._ready_at
+        if not allowed:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED)
+        return behaviour, warming
+
+    def _listed_pods(self, behaviour: KubeletBehaviour, warming: bool) -> list[PodState]:
+        if warming:
+            return []
+        pods = [p for p in self._node.pods if behaviour.list_rejected or p.admitted]
+        with self._lock:
+            self._list_rng.shuffle(pods)
+        return pods
+
+    def _pod_messages(self, pods: list[PodState], grouping: DeviceGrouping) -> list[Any]:
+        """v1 messages for ``pods``, built once per pod state and grouping."""
+        with self._lock:
+            cache = self._messages
+        fresh: dict[tuple[str, str], tuple[PodState, DeviceGrouping, Any]] = {}
+        out: list[Any] = []
+        for pod in pods:
+            hit = cache.get(pod.key)
+            if hit is not None and hit[0] is pod and hit[1] == grouping:
+                msg = hit[2]
+            else:
+                msg = pod_message(pod, grouping)
+            fresh[pod.key] = (pod, grouping, msg)
+            out.append(msg)
+        with self._lock:
+            self._messages = fresh
+        return out
+
+    def _list(self, request: Any, context: grpc.ServicerContext) -> Any:
+        behaviour, warming = self._enter(LIST, context)
+        pods = self._listed_pods(behaviour, warming)
+        return api_pb2.ListPodResourcesResponse(
+            pod_resources=self._pod_messages(pods, behaviour.device_grouping)
+        )
+
+    def _list_v1alpha1(self, request: Any, context: grpc.ServicerContext) -> Any:
+        behaviour, warming = self._enter(LIST_V1ALPHA1, context)
+        grouping = behaviour.device_grouping
+        pods = self._listed_pods(behaviour, warming)
+        return alpha_pb2.ListPodResourcesResponse(
+            pod_resources=[alpha_pod_message(p, grouping) for p in pods]
+        )
+
+    def _get_allocatable(self, request: Any, context: grpc.ServicerContext) -> Any:
+        behaviour, warming = self._enter(GET_ALLOCATABLE, context)
+        if behaviour.get_allocatable == "disabled":
+            context.abort(grpc.StatusCode.UNKNOWN, GET_ALLOCATABLE_DISABLED)
+        return allocatable_message(
+            self._node.snapshot(), behaviour.device_grouping, warming=warming
+        )
+
+    def _get(self, request: Any, context: grpc.ServicerContext) -> Any:
+        behaviour, warming = self._enter(GET, context)
+        if behaviour.get == "disabled":
+            context.abort(grpc.StatusCode.UNKNOWN, GET_DISABLED)
+        pod = None if warming else self._node.pod(request.pod_namespace, request.pod_name)
+        if pod is not None and not (behaviour.list_rejected or pod.admitted):
+            pod = None
+        if pod is None:
+            context.abort(
+                grpc.StatusCode.UNKNOWN,
+                f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+            )
+        return api_pb2.GetPodResourcesResponse(
+            pod_resources=pod_message(pod, behaviour.device_grouping)
+        )

@@ -1,0 +1,1 @@
+"""The I/O edge: each source reads the world and returns frozen model objects."""

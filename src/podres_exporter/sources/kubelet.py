@@ -1,0 +1,434 @@
+"""The kubelet pod-resources client: the only place that sees its protobuf messages.
+
+One long-lived gRPC channel to the unix socket, a deadline on every call and a
+16 MiB receive limit by default (the kubelet's own clients use the same; its
+server has no size options, so big nodes exceed gRPC's 4 MiB default).
+
+Degrades instead of dying:
+- v1 answers UNIMPLEMENTED: fall back to v1alpha1 List (devices only).
+- GetAllocatableResources UNIMPLEMENTED or disabled by its feature gate: go on
+  without it; :attr:`KubeletClient.allocatable_support` says why, logged once.
+- The socket is re-created (kubelet restart, new inode): the channel is rebuilt
+  and the optional RPCs are probed again (the new kubelet may be another version).
+
+Every gRPC error becomes one of :mod:`podres_exporter.errors`; backoff between
+attempts is the caller's (the poller's) business.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from podres_exporter._generated.podresources.v1 import api_pb2 as v1
+from podres_exporter._generated.podresources.v1 import api_pb2_grpc as v1_grpc
+from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as v1alpha1
+from podres_exporter._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
+from podres_exporter.errors import (
+    KubeletError,
+    KubeletNotServed,
+    KubeletRateLimited,
+    KubeletResponseTooLarge,
+    KubeletTimeout,
+    KubeletUnavailable,
+)
+from podres_exporter.model import (
+    Allocatable,
+    ApiVersion,
+    ClaimDevice,
+    ContainerAlloc,
+    DeviceRef,
+    DynamicResource,
+    KubeletReading,
+    MemoryBlock,
+    NumaNodes,
+    PodAlloc,
+    RequestStats,
+    Support,
+)
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_TIMEOUT_S = 10.0
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+# Method names as exported in podres_kubelet_requests_total{method}.
+LIST = "List"
+LIST_V1ALPHA1 = "v1alpha1.List"
+ALLOCATABLE = "GetAllocatableResources"
+GET = "Get"
+
+_T = TypeVar("_T")
+
+
+# ---------------------------------------------------------------- wire -> model
+
+
+def _numa(msg: Any) -> NumaNodes:
+    """Placement of a message with a ``topology`` field; None when it has none."""
+    if not msg.HasField("topology") or not msg.topology.nodes:
+        return None
+    return tuple(sorted({int(n.ID) for n in msg.topology.nodes}))
+
+
+def _merge_numa(a: NumaNodes, b: NumaNodes) -> NumaNodes:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return tuple(sorted(set(a) | set(b)))
+
+
+def devices_from_wire(entries: Iterable[Any]) -> tuple[DeviceRef, ...]:
+    """Aggregate ContainerDevices entries into one DeviceRef per (resource, id).
+
+    Modern kubelets send one entry per device and NUMA node (a device on two
+    nodes appears twice); older ones group ids per resource. Either way the ids
+    are de-duplicated and their NUMA nodes merged. Sorted for stable output.
+    """
+    merged: dict[tuple[str, str], NumaNodes] = {}
+    for entry in entries:
+        numa = _numa(entry) if hasattr(entry, "topology") else None
+        for device_id in entry.device_ids:
+            key = (entry.resource_name, device_id)
+            merged[key] = _merge_numa(merged[key], numa) if key in merged else numa
+    return tuple(DeviceRef(r, d, n) for (r, d), n in sorted(merged.items()))
+
+
+def memory_from_wire(blocks: Iterable[Any]) -> tuple[MemoryBlock, ...]:
+    """ContainerMemory messages as MemoryBlocks, sorted by type and placement."""
+    out = [MemoryBlock(b.memory_type, int(b.size), _numa(b)) for b in blocks]
+    return tuple(sorted(out, key=lambda m: (m.memory_type, m.numa or (), m.size_bytes)))
+
+
+def _dynamic_from_wire(items: Iterable[Any]) -> tuple[DynamicResource, ...]:
+    return tuple(
+        DynamicResource(
+            claim_namespace=d.claim_namespace,
+            claim_name=d.claim_name,
+            devices=tuple(
+                ClaimDevice(
+                    driver=c.driver_name,
+                    pool=c.pool_name,
+                    device=c.device_name,
+                    cdi_devices=tuple(x.name for x in c.cdi_devices),
+                    share_id=c.share_id if c.HasField("share_id") else None,
+                )
+                for c in d.claim_resources
+            ),
+        )
+        for d in items
+    )
+
+
+def pod_from_v1(p: Any) -> PodAlloc:
+    """A v1 PodResources message as a PodAlloc."""
+    return PodAlloc(
+        namespace=p.namespace,
+        name=p.name,
+        containers=tuple(
+            ContainerAlloc(
+                name=c.name,
+                cpu_ids=frozenset(int(x) for x in c.cpu_ids),
+                devices=devices_from_wire(c.devices),
+                memory=memory_from_wire(c.memory),
+                dynamic_resources=_dynamic_from_wire(c.dynamic_resources),
+            )
+            for c in p.containers
+        ),
+        cpu_ids=frozenset(int(x) for x in p.cpu_ids),
+        memory=memory_from_wire(p.memory),
+    )
+
+
+def pod_from_v1alpha1(p: Any) -> PodAlloc:
+    """A v1alpha1 PodResources message (devices only) as a PodAlloc."""
+    return PodAlloc(
+        namespace=p.namespace,
+        name=p.name,
+        containers=tuple(
+            ContainerAlloc(name=c.name, devices=devices_from_wire(c.devices)) for c in p.containers
+        ),
+    )
+
+
+def allocatable_from_wire(resp: Any) -> Allocatable:
+    """An AllocatableResourcesResponse as our Allocatable."""
+    return Allocatable(
+        cpu_ids=frozenset(int(x) for x in resp.cpu_ids),
+        devices=devices_from_wire(resp.devices),
+        memory=memory_from_wire(resp.memory),
+    )
+
+
+# ---------------------------------------------------------------- errors
+
+
+def map_rpc_error(err: grpc.RpcError, method: str, socket_path: str) -> KubeletError:
+    """Turn a gRPC error into our own, with a message an operator can act on."""
+    code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
+    name = code.name
+    text = f"kubelet {method} on {socket_path}: {name}: {details}"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return KubeletUnavailable(text, method=method, code=name)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return KubeletTimeout(text, method=method, code=name)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if "larger than max" in details.lower():
+            return KubeletResponseTooLarge(
+                text + " (raise --kubelet-max-message-size)", method=method, code=name
+            )
+        return KubeletRateLimited(text, method=method, code=name)
+    if code == grpc.StatusCode.UNIMPLEMENTED or (
+        code == grpc.StatusCode.UNKNOWN and "disabled" in details.lower()
+    ):
+        return KubeletNotServed(text, method=method, code=name)
+    return KubeletError(text, method=method, code=name)
+
+
+# ---------------------------------------------------------------- stats
+
+
+class _Stats:
+    """Thread-safe request counters; :meth:`freeze` copies them into the model."""
+
+    def __init__(self, bounds: Sequence[float] = DURATION_BUCKETS) -> None:
+        self._bounds = tuple(bounds)
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
+        self._buckets: dict[str, list[int]] = {}
+        self._sum: dict[str, float] = {}
+        self._n: dict[str, int] = {}
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        with self._lock:
+            self._counts[(method, code)] = self._counts.get((method, code), 0) + 1
+            buckets = self._buckets.setdefault(method, [0] * len(self._bounds))
+            for i in range(bisect.bisect_left(self._bounds, seconds), len(self._bounds)):
+                buckets[i] += 1
+            self._sum[method] = self._sum.get(method, 0.0) + seconds
+            self._n[method] = self._n.get(method, 0) + 1
+
+    def freeze(self) -> RequestStats:
+        with self._lock:
+            return RequestStats(
+                bucket_bounds=self._bounds,
+                counts=MappingProxyType(dict(self._counts)),
+                duration_buckets=MappingProxyType({k: tuple(v) for k, v in self._buckets.items()}),
+                duration_sum=MappingProxyType(dict(self._sum)),
+                duration_count=MappingProxyType(dict(self._n)),
+            )
+
+
+# ---------------------------------------------------------------- client
+
+
+def _socket_inode(path: str) -> int | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino
+
+
+class KubeletClient:
+    """Reads the pod-resources API. Not thread-safe: one poller owns it.
+
+    ``socket_path``: the kubelet's pod-resources socket.
+    ``max_message_bytes``: receive limit per response.
+    ``timeout_s``: deadline of each call.
+    """
+
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET,
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.socket_path = socket_path
+        self._max = max_message_bytes
+        self._timeout = timeout_s
+        self._clock = clock
+        self._wall = wall_clock
+        self._stats = _Stats()
+        self._channel: grpc.Channel | None = None
+        self._inode: int | None = None
+        self._v1: Any = None
+        self._v1alpha1: Any = None
+        self.api_version = ApiVersion.V1
+        self.allocatable_support = Support.UNKNOWN
+        self.get_support = Support.UNKNOWN
+
+    # -- channel
+
+    def _connect(self) -> None:
+        """(Re)build the channel when there is none or the socket has a new inode."""
+        inode = _socket_inode(self.socket_path)
+        if inode is None:
+            raise KubeletUnavailable(
+                f"kubelet socket {self.socket_path} does not exist (set --kubelet-socket)",
+                method=LIST,
+                code="UNAVAILABLE",
+            )
+        if self._channel is not None and inode == self._inode:
+            return
+        if self._channel is not None:
+            log.info("kubelet_socket_recreated", socket=self.socket_path)
+            self._channel.close()
+        self._channel = grpc.insecure_channel(
+            f"unix://{os.path.abspath(self.socket_path)}",
+            options=[
+                ("grpc.max_receive_message_length", self._max),
+                ("grpc.enable_retries", 0),
+                # A private subchannel pool: a rebuilt channel must not inherit the old
+                # connection's reconnect backoff after the kubelet re-created its socket.
+                ("grpc.use_local_subchannel_pool", 1),
+                # Reconnect quickly after a kubelet restart; the poller spaces calls.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000),
+            ],
+        )
+        self._inode = inode
+        # The generated gRPC stubs carry no type hints.
+        self._v1 = v1_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+        self._v1alpha1 = v1alpha1_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+        # A new kubelet may be another version: probe again.
+        self.api_version = ApiVersion.V1
+        self.allocatable_support = Support.UNKNOWN
+        self.get_support = Support.UNKNOWN
+
+    def close(self) -> None:
+        """Close the channel; a later call opens a new one."""
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._inode = None
+
+    # -- calls
+
+    def _call(self, method: str, fn: Callable[..., _T], request: Any) -> _T:
+        start = self._clock()
+        try:
+            result = fn(request, timeout=self._timeout)
+        except grpc.RpcError as err:
+            mapped = map_rpc_error(err, method, self.socket_path)
+            self._stats.observe(method, mapped.code, self._clock() - start)
+            raise mapped from err
+        self._stats.observe(method, "OK", self._clock() - start)
+        return result
+
+    def _list(self) -> tuple[PodAlloc, ...]:
+        if self.api_version is ApiVersion.V1:
+            try:
+                resp = self._call(LIST, self._v1.List, v1.ListPodResourcesRequest())
+                return tuple(pod_from_v1(p) for p in resp.pod_resources)
+            except KubeletNotServed as err:
+                if err.code != "UNIMPLEMENTED":
+                    raise
+                log.warning(
+                    "kubelet_api_fallback",
+                    socket=self.socket_path,
+                    from_version="v1",
+                    to_version="v1alpha1",
+                    reason=str(err),
+                )
+                self.api_version = ApiVersion.V1ALPHA1
+        resp = self._call(LIST_V1ALPHA1, self._v1alpha1.List, v1alpha1.ListPodResourcesRequest())
+        return tuple(pod_from_v1alpha1(p) for p in resp.pod_resources)
+
+    def _allocatable(self) -> Allocatable | None:
+        if self.api_version is not ApiVersion.V1 or self.allocatable_support in (
+            Support.DISABLED,
+            Support.UNIMPLEMENTED,
+        ):
+            return None
+        try:
+            resp = self._call(
+                ALLOCATABLE, self._v1.GetAllocatableResources, v1.AllocatableResourcesRequest()
+            )
+        except KubeletNotServed as err:
+            self.allocatable_support = (
+                Support.UNIMPLEMENTED if err.code == "UNIMPLEMENTED" else Support.DISABLED
+            )
+            log.warning(
+                "kubelet_rpc_not_served",
+                socket=self.socket_path,
+                method=ALLOCATABLE,
+                support=self.allocatable_support.value,
+                detail=str(err),
+                consequence="free and reserved CPUs are computed from the node's online CPUs",
+            )
+            return None
+        self.allocatable_support = Support.SERVED
+        return allocatable_from_wire(resp)
+
+    def read(self) -> KubeletReading:
+        """One complete reading: List, then GetAllocatableResources where served.
+
+        Raises a :class:`~podres_exporter.errors.KubeletError` subclass on failure.
+        """
+        self._connect()
+        pods = self._list()
+        allocatable = self._allocatable()
+        if self.api_version is ApiVersion.V1ALPHA1:
+            support = Support.UNIMPLEMENTED
+        else:
+            support = self.allocatable_support
+        return KubeletReading(
+            api_version=self.api_version,
+            pods=pods,
+            allocatable=allocatable,
+            allocatable_support=support,
+            taken_at=self._wall(),
+        )
+
+    def get_pod(self, namespace: str, name: str) -> PodAlloc | None:
+        """One pod through ``Get`` where served, else by filtering ``List``.
+
+        Returns None when the pod is not on this node.
+        """
+        self._connect()
+        if self.api_version is ApiVersion.V1 and self.get_support in (
+            Support.UNKNOWN,
+            Support.SERVED,
+        ):
+            request = v1.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
+            try:
+                resp = self._call(GET, self._v1.Get, request)
+            except KubeletNotServed as err:
+                self.get_support = (
+                    Support.UNIMPLEMENTED if err.code == "UNIMPLEMENTED" else Support.DISABLED
+                )
+            except KubeletError as err:
+                if "not found" in str(err):
+                    self.get_support = Support.SERVED
+                    return None
+                raise
+            else:
+                self.get_support = Support.SERVED
+                return pod_from_v1(resp.pod_resources)
+        for pod in self._list():
+            if pod.namespace == namespace and pod.name == name:
+                return pod
+        return None
+
+    def stats(self) -> RequestStats:
+        """A frozen copy of the request counters."""
+        return self._stats.freeze()

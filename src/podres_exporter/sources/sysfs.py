@@ -1,0 +1,54 @@
+"""Node facts read from sysfs under a configurable root (``--path.sysfs``).
+
+Only the CPU topology for now: the online CPUs and the NUMA node of each.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import MappingProxyType
+
+from podres_exporter.cpulist import parse_cpulist
+from podres_exporter.errors import SourceError
+from podres_exporter.model import NodeTopology
+
+_NODE_DIR = re.compile(r"^node(\d+)$")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as err:
+        raise SourceError(f"cannot read {path}: {err.strerror or err}") from err
+
+
+def read_topology(sysfs: str | Path) -> NodeTopology:
+    """Online CPUs and their NUMA nodes under ``sysfs``.
+
+    Without ``devices/system/node`` (a kernel built without NUMA) every CPU is on
+    node 0. Raises SourceError when the CPU list itself cannot be read or parsed.
+    """
+    root = Path(sysfs)
+    online_path = root / "devices/system/cpu/online"
+    try:
+        online = parse_cpulist(_read(online_path))
+    except ValueError as err:
+        raise SourceError(f"{online_path}: {err}") from err
+    node_root = root / "devices/system/node"
+    mapping: dict[int, int] = {}
+    if node_root.is_dir():
+        for entry in sorted(node_root.iterdir()):
+            match = _NODE_DIR.match(entry.name)
+            if not match:
+                continue
+            path = entry / "cpulist"
+            try:
+                cpus = parse_cpulist(_read(path))
+            except ValueError as err:
+                raise SourceError(f"{path}: {err}") from err
+            for cpu in cpus:
+                mapping[cpu] = int(match.group(1))
+    if not mapping:
+        mapping = dict.fromkeys(online, 0)
+    return NodeTopology(online_cpus=online, cpu_to_numa=MappingProxyType(mapping))

@@ -1,0 +1,145 @@
+"""Shared fixtures: the simulated kubelet, a running exporter, and scrape helpers."""
+
+from __future__ import annotations
+
+import gzip
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from podres_exporter.cli.export import Exporter
+from podres_exporter.settings import Settings, build
+from podres_exporter.sim import Scenario, SimKubelet, load_builtin, write_sysfs
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        help="rewrite tests/golden/*.prom from the current output",
+    )
+
+
+@pytest.fixture
+def update_goldens(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-goldens"))
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """GET ``url``; returns status, headers and the (decompressed) body, errors included."""
+    req = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - loopback test URLs
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
+            status, hdrs, body = resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        status, hdrs, body = err.code, dict(err.headers), err.read()
+    except (urllib.error.URLError, ConnectionError):
+        return 0, {}, b""  # nothing listens (yet): status 0
+    if hdrs.get("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    return status, hdrs, body
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse_samples(text: str) -> Samples:
+    """Exposition text -> {(sample name, labels): value}."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def select(samples: Samples, name: str, **labels: str) -> dict[frozenset[tuple[str, str]], float]:
+    """Every sample of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return {lbl: v for (n, lbl), v in samples.items() if n == name and want <= lbl}
+
+
+def scrape(url: str) -> Samples:
+    status, _, body = http_get(url + "/metrics")
+    assert status == 200
+    return parse_samples(body.decode())
+
+
+@pytest.fixture
+def make_sim(tmp_path: Path) -> Iterator[Callable[..., SimKubelet]]:
+    """Start a simulated kubelet for a scenario (a name or a Scenario) on a socket in tmp_path."""
+    sims: list[SimKubelet] = []
+
+    def factory(
+        scenario: str | Scenario = "minimal", *, start: bool = True, **behaviour: Any
+    ) -> SimKubelet:
+        sc = load_builtin(scenario) if isinstance(scenario, str) else scenario
+        sock = tmp_path / f"kubelet-{len(sims)}.sock"
+        sim = SimKubelet(sc, str(sock))
+        if behaviour:
+            sim.set_behaviour(**behaviour)
+        write_sysfs(sc.node, tmp_path / f"sys-{len(sims)}")
+        sim.sysfs_root = tmp_path / f"sys-{len(sims)}"  # type: ignore[attr-defined]
+        sims.append(sim)
+        if start:
+            sim.start()
+        return sim
+
+    yield factory
+    for s in sims:
+        s.stop()
+
+
+def exporter_settings(sim: SimKubelet, **overrides: Any) -> Settings:
+    """Settings for a fast test exporter on an ephemeral loopback port."""
+    base = build(
+        {
+            "--kubelet-socket": str(sim.socket_path),
+            "--listen-address": "127.0.0.1:0",
+            "--poll-interval": "0.2s",
+            "--kubelet-backoff-initial": "0.05s",
+            "--kubelet-backoff-max": "0.2s",
+            "--kubelet-empty-confirm": "1s",
+            "--kubelet-timeout": "2s",
+            "--path.sysfs": str(sim.sysfs_root),  # type: ignore[attr-defined]
+        },
+        {},
+    )
+    return replace(base, **overrides)
+
+
+@pytest.fixture
+def make_exporter() -> Iterator[Callable[..., Exporter]]:
+    """Start an Exporter against a sim; stopped at teardown."""
+    started: list[Exporter] = []
+
+    def factory(sim: SimKubelet, **overrides: Any) -> Exporter:
+        exp = Exporter(exporter_settings(sim, **overrides))
+        exp.start()
+        started.append(exp)
+        return exp
+
+    yield factory
+    for e in started:
+        e.stop("test teardown")

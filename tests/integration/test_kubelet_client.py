@@ -1,0 +1,127 @@
+"""The kubelet client against the simulated kubelet, over real gRPC on a unix socket."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from structlog.testing import capture_logs
+
+from podres_exporter.errors import (
+    KubeletRateLimited,
+    KubeletResponseTooLarge,
+    KubeletUnavailable,
+)
+from podres_exporter.model import ApiVersion, Support
+from podres_exporter.sim import Scenario, SimKubelet
+from podres_exporter.sources.kubelet import KubeletClient
+
+MakeSim = Callable[..., SimKubelet]
+
+
+def test_reads_pods_and_allocatable_from_v1(make_sim: MakeSim) -> None:
+    """List and GetAllocatableResources become model objects with CPUs, devices and topology."""
+    sim = make_sim("demo")
+    client = KubeletClient(str(sim.socket_path))
+    r = client.read()
+    assert r.api_version is ApiVersion.V1
+    assert r.allocatable_support is Support.SERVED
+    assert r.allocatable is not None
+    assert len(r.pods) >= 30
+    assert r.allocatable.cpu_ids == frozenset(sim.node.spec.allocatable_cpus)
+    exclusive = [c for p in r.pods for c in p.containers if c.cpu_ids]
+    assert exclusive, "the demo has Guaranteed containers with exclusive CPUs"
+    gpu = [d for d in r.allocatable.devices if d.resource == "nvidia.com/gpu"]
+    assert gpu and all(d.numa is not None for d in gpu)
+    stats = client.stats()
+    assert stats.counts[("List", "OK")] == 1
+    assert stats.counts[("GetAllocatableResources", "OK")] == 1
+    client.close()
+
+
+def test_falls_back_to_v1alpha1(make_sim: MakeSim) -> None:
+    """A kubelet without v1 (UNIMPLEMENTED) is read through v1alpha1, devices only."""
+    sim = make_sim("v1alpha1")
+    client = KubeletClient(str(sim.socket_path))
+    with capture_logs() as logs:
+        r = client.read()
+        client.read()
+    assert r.api_version is ApiVersion.V1ALPHA1
+    assert r.allocatable is None
+    assert r.allocatable_support is Support.UNIMPLEMENTED
+    assert any(c.devices for p in r.pods for c in p.containers)
+    assert [e["event"] for e in logs].count("kubelet_api_fallback") == 1
+    assert client.stats().counts[("List", "UNIMPLEMENTED")] == 1
+    assert client.stats().counts[("v1alpha1.List", "OK")] == 2
+
+
+@pytest.mark.parametrize(
+    ("mode", "support"), [("disabled", Support.DISABLED), ("unimplemented", Support.UNIMPLEMENTED)]
+)
+def test_goes_on_without_get_allocatable(make_sim: MakeSim, mode: str, support: Support) -> None:
+    """GetAllocatableResources disabled or unimplemented: reading goes on, logged once."""
+    sim = make_sim("minimal", get_allocatable=mode)
+    client = KubeletClient(str(sim.socket_path))
+    with capture_logs() as logs:
+        for _ in range(3):
+            r = client.read()
+    assert r.allocatable is None
+    assert r.allocatable_support is support
+    assert r.pods
+    events = [e for e in logs if e["event"] == "kubelet_rpc_not_served"]
+    assert len(events) == 1 and events[0]["method"] == "GetAllocatableResources"
+
+
+def test_get_where_served_and_list_fallback(make_sim: MakeSim) -> None:
+    """Get answers one pod; when disabled, the client filters List; an unknown pod is None."""
+    sim = make_sim("minimal")
+    client = KubeletClient(str(sim.socket_path))
+    first = client.read().pods[0]
+    assert client.get_pod(first.namespace, first.name) == first
+    assert client.get_support is Support.SERVED
+    assert client.get_pod("nowhere", "nothing") is None
+    sim.set_behaviour(get="disabled")
+    assert client.get_pod(first.namespace, first.name) == first
+    assert client.get_support is Support.DISABLED
+
+
+def test_response_over_4mib(make_sim: MakeSim) -> None:
+    """A >4 MiB List is read with the default 16 MiB limit; a 4 MiB limit names the flag."""
+    sim = make_sim(Scenario.synthetic(pods=20000))
+    r = KubeletClient(str(sim.socket_path)).read()
+    assert len(r.pods) == 20000
+    small = KubeletClient(str(sim.socket_path), max_message_bytes=4 * 2**20)
+    with pytest.raises(KubeletResponseTooLarge, match="--kubelet-max-message-size"):
+        small.read()
+
+
+def test_rate_limit_is_a_distinct_error(make_sim: MakeSim) -> None:
+    """Past the kubelet's burst, calls fail with KubeletRateLimited, not a crash."""
+    sim = make_sim("minimal", rate_limit=True)
+    client = KubeletClient(str(sim.socket_path))
+    with pytest.raises(KubeletRateLimited, match="rate limit"):
+        for _ in range(50):
+            client.read()
+    assert client.stats().counts[("List", "OK")] >= 4
+
+
+def test_missing_socket_names_the_flag(tmp_path: object) -> None:
+    """No socket at the path: KubeletUnavailable naming --kubelet-socket, no gRPC wait."""
+    client = KubeletClient("/nonexistent/kubelet.sock")
+    with pytest.raises(KubeletUnavailable, match="--kubelet-socket"):
+        client.read()
+
+
+def test_reconnects_after_kubelet_restart(make_sim: MakeSim) -> None:
+    """A re-created socket (new inode) is noticed and the channel rebuilt."""
+    sim = make_sim("minimal")
+    client = KubeletClient(str(sim.socket_path))
+    before = client.read()
+    sim.stop()
+    with pytest.raises(KubeletUnavailable):
+        client.read()
+    with capture_logs() as logs:
+        sim.restart(warmup=0)
+        after = client.read()
+    assert {p.name for p in after.pods} == {p.name for p in before.pods}
+    assert any(e["event"] == "kubelet_socket_recreated" for e in logs)

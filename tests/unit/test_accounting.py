@@ -1,0 +1,307 @@
+"""The pure accounting: CPU pools, devices and memory per NUMA node."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from podres_exporter.accounting import Holder, account
+from podres_exporter.model import (
+    Allocatable,
+    ApiVersion,
+    ClaimDevice,
+    ContainerAlloc,
+    DeviceRef,
+    DynamicResource,
+    KubeletReading,
+    MemoryBlock,
+    NodeTopology,
+    PodAlloc,
+    Support,
+)
+
+GPU = "nvidia.com/gpu"
+GiB = 2**30
+
+
+def topo(nodes: int = 2, per_node: int = 8, offline: frozenset[int] = frozenset()) -> NodeTopology:
+    mapping = {c: c // per_node for c in range(nodes * per_node)}
+    online = frozenset(mapping) - offline
+    return NodeTopology(online_cpus=online, cpu_to_numa=MappingProxyType(mapping))
+
+
+def reading(
+    pods: tuple[PodAlloc, ...] = (),
+    allocatable: Allocatable | None = None,
+    api: ApiVersion = ApiVersion.V1,
+) -> KubeletReading:
+    support = Support.SERVED if allocatable is not None else Support.DISABLED
+    return KubeletReading(api, pods, allocatable, support, taken_at=0.0)
+
+
+def pod(name: str, *containers: ContainerAlloc, ns: str = "default") -> PodAlloc:
+    return PodAlloc(namespace=ns, name=name, containers=containers)
+
+
+def test_static_policy_pools_per_numa_node() -> None:
+    """Reserved = online - allocatable; shared_free = allocatable - exclusive, per node."""
+    alloc = Allocatable(cpu_ids=frozenset(range(16)) - {0, 8})
+    r = reading(
+        (
+            pod("a", ContainerAlloc("main", cpu_ids=frozenset({1, 2, 3}))),
+            pod("b", ContainerAlloc("main", cpu_ids=frozenset({9}))),
+            pod("shared", ContainerAlloc("main")),
+        ),
+        alloc,
+    )
+    acc = account(r, topo())
+    assert acc.cpu_basis == "allocatable"
+    assert acc.node_cpus[("0", "allocatable")] == 7
+    assert acc.node_cpus[("0", "exclusive")] == 3
+    assert acc.node_cpus[("0", "shared_free")] == 4
+    assert acc.node_cpus[("0", "reserved")] == 1
+    assert acc.node_cpus[("1", "exclusive")] == 1
+    assert acc.node_cpus[("1", "shared_free")] == 6
+    held = {(h.holder.pod, h.numa): h.value for h in acc.container_cpus}
+    assert held == {("a", "0"): 3, ("b", "1"): 1}
+    by_cpu = {a.cpu: a for a in acc.cpu_assignments}
+    assert by_cpu[0].pool == "reserved" and by_cpu[0].holder is None
+    assert by_cpu[2].pool == "exclusive"
+    assert by_cpu[2].holder == Holder("default", "a", "main")
+    assert by_cpu[4].pool == "shared_free"
+
+
+def test_policy_none_uses_online_cpus_as_the_shared_pool() -> None:
+    """An empty allocatable CPU list (policy none) makes the online CPUs the pool, none reserved."""
+    acc = account(reading((pod("a", ContainerAlloc("c")),), Allocatable()), topo())
+    assert acc.cpu_basis == "online"
+    assert acc.node_cpus[("0", "shared_free")] == 8
+    assert acc.node_cpus[("1", "allocatable")] == 8
+    assert acc.node_cpus[("0", "reserved")] == 0
+
+
+def test_v1alpha1_reports_no_cpu_pools() -> None:
+    """A v1alpha1 kubelet carries no CPU data: no pool rows rather than false zeros."""
+    acc = account(reading(api=ApiVersion.V1ALPHA1), topo())
+    assert acc.cpu_basis == "unknown"
+    assert not acc.node_cpus
+    assert not acc.cpu_assignments
+
+
+def test_cpu_listed_by_two_containers_is_shared_and_flagged() -> None:
+    """Old kubelets list the shared cpuset per shared container: not exclusive, an anomaly."""
+    shared = frozenset({4, 5, 6, 7})
+    r = reading(
+        (
+            pod("a", ContainerAlloc("c", cpu_ids=shared)),
+            pod("b", ContainerAlloc("c", cpu_ids=shared)),
+        ),
+        Allocatable(cpu_ids=frozenset(range(16))),
+    )
+    acc = account(r, topo())
+    assert acc.node_cpus[("0", "exclusive")] == 0
+    assert acc.anomalies["cpu_listed_by_several_containers"] == 4
+    assert not acc.container_cpus
+
+
+def test_cpu_outside_online_set_is_flagged_and_kept() -> None:
+    """An exclusive CPU the node does not know is kept, labelled numa 'none' and counted."""
+    r = reading(
+        (pod("a", ContainerAlloc("c", cpu_ids=frozenset({1, 99}))),),
+        Allocatable(frozenset(range(16))),
+    )
+    acc = account(r, topo())
+    assert acc.anomalies["cpu_not_online"] == 1
+    assert {(h.numa, h.value) for h in acc.container_cpus} == {("0", 1), ("none", 1)}
+
+
+def test_devices_allocated_unallocated_and_unhealthy_in_use() -> None:
+    """Held-but-not-allocatable devices count as allocated_unhealthy; free ones as unallocated."""
+    alloc = Allocatable(
+        cpu_ids=frozenset(range(16)),
+        devices=(
+            DeviceRef(GPU, "g0", (0,)),
+            DeviceRef(GPU, "g1", (0,)),
+            DeviceRef(GPU, "g2", (1,)),
+        ),
+    )
+    r = reading(
+        (
+            pod("a", ContainerAlloc("c", devices=(DeviceRef(GPU, "g0", (0,)),))),
+            pod("b", ContainerAlloc("c", devices=(DeviceRef(GPU, "g3", (1,)),))),
+        ),
+        alloc,
+    )
+    acc = account(r, topo())
+    nd = acc.node_devices
+    assert nd[(GPU, "0", "allocatable")] == 2
+    assert nd[(GPU, "0", "allocated")] == 1
+    assert nd[(GPU, "0", "unallocated")] == 1
+    assert nd[(GPU, "0", "allocated_unhealthy")] == 0
+    assert nd[(GPU, "1", "allocated")] == 1
+    assert nd[(GPU, "1", "allocated_unhealthy")] == 1
+    assert nd[(GPU, "1", "unallocated")] == 1
+    assert [(d.holder.pod, d.device_id) for d in acc.container_devices] == [
+        ("a", "g0"),
+        ("b", "g3"),
+    ]
+
+
+def test_numa_zero_is_not_no_topology() -> None:
+    """A device on NUMA node 0 and one without topology land under different labels."""
+    alloc = Allocatable(devices=(DeviceRef("x/y", "d0", (0,)), DeviceRef("x/y", "d1", None)))
+    acc = account(reading((), alloc), topo())
+    assert acc.node_devices[("x/y", "0", "allocatable")] == 1
+    assert acc.node_devices[("x/y", "none", "allocatable")] == 1
+
+
+def test_device_on_two_numa_nodes_is_counted_once() -> None:
+    """A device spanning nodes 0 and 1 is one device under numa_node '0,1'."""
+    alloc = Allocatable(devices=(DeviceRef("x/y", "d0", (0, 1)),))
+    acc = account(reading((), alloc), topo())
+    assert acc.node_devices[("x/y", "0,1", "allocatable")] == 1
+    assert sum(v for (r, _, s), v in acc.node_devices.items() if s == "allocatable") == 1
+
+
+def test_device_held_by_two_containers_is_counted_once_and_flagged() -> None:
+    """A duplicate device id across containers counts once and is reported as an anomaly."""
+    d = DeviceRef(GPU, "g0", (0,))
+    r = reading(
+        (pod("a", ContainerAlloc("c", devices=(d,))), pod("b", ContainerAlloc("c", devices=(d,)))),
+        Allocatable(devices=(d,)),
+    )
+    acc = account(r, topo())
+    assert acc.node_devices[(GPU, "0", "allocated")] == 1
+    assert acc.anomalies["device_held_by_several_containers"] == 1
+    assert len(acc.container_devices) == 2
+
+
+def test_without_allocatable_only_allocated_devices_are_reported() -> None:
+    """No GetAllocatableResources: unknown states are absent, not zero."""
+    r = reading((pod("a", ContainerAlloc("c", devices=(DeviceRef(GPU, "g0", None),))),), None)
+    acc = account(r, topo())
+    assert acc.node_devices == {(GPU, "none", "allocated"): 1}
+
+
+def test_memory_free_per_numa_node_and_type() -> None:
+    """Free = allocatable - pinned, per node and type; blocks over two nodes split evenly."""
+    alloc = Allocatable(
+        memory=(
+            MemoryBlock("memory", 64 * GiB, (0,)),
+            MemoryBlock("memory", 64 * GiB, (1,)),
+            MemoryBlock("hugepages-1Gi", 8 * GiB, (0,)),
+        )
+    )
+    r = reading(
+        (
+            pod(
+                "a",
+                ContainerAlloc(
+                    "c",
+                    memory=(
+                        MemoryBlock("memory", 4 * GiB, (0,)),
+                        MemoryBlock("hugepages-1Gi", 2 * GiB, (0,)),
+                    ),
+                ),
+            ),
+            pod("b", ContainerAlloc("c", memory=(MemoryBlock("memory", 10 * GiB, (0, 1)),))),
+        ),
+        alloc,
+    )
+    acc = account(r, topo())
+    nm = acc.node_memory
+    assert nm[("0", "memory", "free")] == 64 * GiB - 4 * GiB - 5 * GiB
+    assert nm[("1", "memory", "free")] == 64 * GiB - 5 * GiB
+    assert nm[("0", "hugepages-1Gi", "free")] == 6 * GiB
+    assert nm[("0,1", "memory", "allocated")] == 10 * GiB
+    assert nm[("1", "memory", "allocated")] == 0
+    assert acc.anomalies["memory_overcommitted"] == 0
+
+
+def test_dynamic_resources_become_claim_rows() -> None:
+    """Every device of every DRA claim is one row with its holder."""
+    claim = DynamicResource("ml", "gpu-claim", (ClaimDevice("gpu.example.com", "node-a", "gpu-0"),))
+    acc = account(
+        reading((pod("a", ContainerAlloc("c", dynamic_resources=(claim,)), ns="ml"),)), topo()
+    )
+    assert [(c.holder.pod, c.claim_name, c.driver, c.device) for c in acc.claims] == [
+        ("a", "gpu-claim", "gpu.example.com", "gpu-0")
+    ]
+
+
+def test_empty_names_are_kept_and_counted() -> None:
+    """Pods or containers with empty names still count and raise the empty_name anomaly."""
+    acc = account(reading((PodAlloc("", "", (ContainerAlloc(""),)),)), topo())
+    assert acc.pods == 1
+    assert acc.anomalies["empty_name"] == 3
+
+
+def test_pod_level_cpus_are_held_by_the_pod() -> None:
+    """Pod-level exclusive CPUs are held with an empty container name."""
+    p = PodAlloc("ns", "p", (ContainerAlloc("c"),), cpu_ids=frozenset({3}))
+    acc = account(reading((p,), Allocatable(frozenset(range(16)))), topo())
+    assert [(h.holder.container, h.value) for h in acc.container_cpus] == [("", 1)]
+
+
+# ------------------------------------------------------------------ properties
+
+cpus16 = st.frozensets(st.integers(0, 15), max_size=16)
+
+
+@st.composite
+def node_readings(draw: st.DrawFn) -> KubeletReading:
+    allocatable = draw(cpus16)
+    free = sorted(allocatable)
+    pods = []
+    for i in range(draw(st.integers(0, 6))):
+        take = draw(st.integers(0, len(free)))
+        mine, free = frozenset(free[:take]), free[take:]
+        pods.append(pod(f"p{i}", ContainerAlloc("c", cpu_ids=mine)))
+    return reading(tuple(pods), Allocatable(cpu_ids=allocatable))
+
+
+@settings(max_examples=200, deadline=None)
+@given(node_readings())
+def test_every_online_cpu_is_in_exactly_one_pool(r: KubeletReading) -> None:
+    """exclusive + shared_free + reserved = online, and shared_free = allocatable - exclusive."""
+    t = topo()
+    acc = account(r, t)
+    for node in ("0", "1"):
+        c = acc.node_cpus
+        assert c[(node, "exclusive")] + c[(node, "shared_free")] + c[(node, "reserved")] == 8
+        assert c[(node, "shared_free")] == c[(node, "allocatable")] - c[(node, "exclusive")]
+    pools = [a.pool for a in acc.cpu_assignments]
+    assert len(pools) == len(t.online_cpus)
+    assert sum(h.value for h in acc.container_cpus) == pools.count("exclusive")
+
+
+@st.composite
+def device_readings(draw: st.DrawFn) -> KubeletReading:
+    ids = [f"d{i}" for i in range(8)]
+    allocatable = draw(st.sets(st.sampled_from(ids)))
+    held = draw(st.lists(st.sampled_from(ids), max_size=10))
+    numa = {d: draw(st.sampled_from([None, (0,), (1,), (0, 1)])) for d in ids}
+    pods = tuple(
+        pod(f"p{i}", ContainerAlloc("c", devices=(DeviceRef(GPU, d, numa[d]),)))
+        for i, d in enumerate(held)
+    )
+    alloc = Allocatable(devices=tuple(DeviceRef(GPU, d, numa[d]) for d in sorted(allocatable)))
+    return reading(pods, alloc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(device_readings())
+def test_device_states_balance(r: KubeletReading) -> None:
+    """allocatable = (allocated - allocated_unhealthy) + unallocated, summed over NUMA labels."""
+    acc = account(r, topo())
+    total = {s: 0 for s in ("allocatable", "allocated", "unallocated", "allocated_unhealthy")}
+    for (_, _, state), n in acc.node_devices.items():
+        total[state] += n
+    assert (
+        total["allocatable"]
+        == total["allocated"] - total["allocated_unhealthy"] + total["unallocated"]
+    )
+    held_ids = {d.device_id for p in r.pods for c in p.containers for d in c.devices}
+    assert total["allocated"] == len(held_ids)
