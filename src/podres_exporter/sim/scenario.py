@@ -82,6 +82,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, cast, get_args
 
+from podres_exporter.cpulist import format_cpulist, parse_cpulist
+
 __all__ = [
     "ApiMode",
     "ClaimDeviceSpec",
@@ -186,35 +188,11 @@ def parse_cpu_list(value: object) -> tuple[int, ...]:
             cpus.add(item)
         return tuple(sorted(cpus))
     if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return ()
-        out: set[int] = set()
-        for part in text.split(","):
-            m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-            if not m:
-                raise ValueError(f"expected a CPU list such as 0-3,8, got {value!r}")
-            lo = int(m.group(1))
-            hi = int(m.group(2)) if m.group(2) is not None else lo
-            if hi < lo:
-                raise ValueError(f"descending range {part.strip()!r} in {value!r}")
-            out.update(range(lo, hi + 1))
-        return tuple(sorted(out))
+        return tuple(sorted(parse_cpulist(value)))
     raise ValueError(f"expected a CPU list string or an array of ints, got {value!r}")
 
 
-def format_cpu_list(cpus: Iterable[int]) -> str:
-    """Format CPU ids the way the kernel does (``0-3,8,10-11``); empty for none."""
-    ordered = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+format_cpu_list = format_cpulist
 
 
 def _frozen_map(data: Mapping[str, int] | None) -> Mapping[str, int]:

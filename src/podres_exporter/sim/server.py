@@ -315,6 +315,7 @@ class SimKubelet:
         self._churn_interval = 0.0
         # Built v1 PodResources messages by pod, reused while the pod is unchanged.
         self._messages: dict[tuple[str, str], tuple[PodState, DeviceGrouping, Any]] = {}
+        self._raw_pods: tuple[Any, ...] = ()
         self._handlers = {
             LIST: grpc.unary_unary_rpc_method_handler(
                 self._list,
@@ -422,6 +423,14 @@ class SimKubelet:
     def remove(self, namespace: str, name: str) -> bool:
         """Delete a pod and free its resources; False when there was no such pod."""
         return self._node.remove(namespace, name) is not None
+
+    def inject_raw_pods(self, *messages: Any) -> None:
+        """Serve these v1 ``PodResources`` messages in List beside the node's pods, as
+        they are, replacing any injected before: data no real allocator produces
+        (duplicate device ids, CPUs the node does not have, odd names) for tests of
+        how a client copes. ``inject_raw_pods()`` clears them."""
+        with self._lock:
+            self._raw_pods = tuple(messages)
 
     def churn_once(self) -> ChurnEvent | None:
         """One churn step: delete a random churnable pod, admit a replacement."""
@@ -634,8 +643,10 @@ class SimKubelet:
     def _list(self, request: Any, context: grpc.ServicerContext) -> Any:
         behaviour, warming = self._enter(LIST, context)
         pods = self._listed_pods(behaviour, warming)
+        with self._lock:
+            raw = [] if warming else list(self._raw_pods)
         return api_pb2.ListPodResourcesResponse(
-            pod_resources=self._pod_messages(pods, behaviour.device_grouping)
+            pod_resources=self._pod_messages(pods, behaviour.device_grouping) + raw
         )
 
     def _list_v1alpha1(self, request: Any, context: grpc.ServicerContext) -> Any:
