@@ -189,7 +189,7 @@ class Poller:
             stats=self._kubelet.stats(),
             suspect_empty_readings=self._suspect_total,
         )
-        self._store.publish(NodeView.of(snap))
+        self._store.publish(NodeView.of(snap, self._store.current()))
 
     # -- the loop
 

@@ -16,7 +16,17 @@ class NodeView:
     accounting: Accounting | None
 
     @classmethod
-    def of(cls, snapshot: Snapshot) -> NodeView:
-        """Account ``snapshot`` once; every scrape and view shares the result."""
+    def of(cls, snapshot: Snapshot, previous: NodeView | None = None) -> NodeView:
+        """Account ``snapshot`` once; every scrape and view shares the result.
+
+        When ``previous`` holds the same reading on the same topology (a failed poll
+        re-publishes the last good reading), its accounting is reused, not redone.
+        """
+        if (
+            previous is not None
+            and previous.snapshot.reading is snapshot.reading
+            and previous.snapshot.topology == snapshot.topology
+        ):
+            return cls(snapshot, previous.accounting)
         acc = account(snapshot.reading, snapshot.topology) if snapshot.reading else None
         return cls(snapshot, acc)

@@ -77,6 +77,7 @@ def test_failures_back_off_then_recover_and_keep_last_data() -> None:
     view = store.current()
     assert view is not None and not view.snapshot.kubelet_up
     assert view.snapshot.reading is not None and len(view.snapshot.reading.pods) == 2
+    assert view.accounting is not None and view.accounting.pods == 2
     assert "gone" in (view.snapshot.kubelet_error or "")
     assert p.poll_once() == 10.0
     view = store.current()
@@ -121,3 +122,19 @@ def test_logs_are_json_off_a_terminal() -> None:
     assert len(lines) == 1
     event = json.loads(lines[0])
     assert (event["event"], event["level"], event["answer"]) == ("hello", "info", 42)
+
+
+def test_failed_polls_reuse_the_last_accounting() -> None:
+    """Re-publishing the same reading reuses its accounting; a new reading is accounted anew."""
+    err = KubeletUnavailable("gone", method="List", code="UNAVAILABLE")
+    store = Store()
+    p = Poller(Script([reading(2), err, reading(2)]), lambda: TOPO, store, rng=random.Random(0))
+    p.poll_once()
+    first = store.current()
+    p.poll_once()
+    second = store.current()
+    assert first is not None and second is not None
+    assert second.accounting is first.accounting
+    p.poll_once()
+    third = store.current()
+    assert third is not None and third.accounting is not first.accounting

@@ -83,6 +83,7 @@ from types import MappingProxyType
 from typing import Any, Literal, cast, get_args
 
 from podres_exporter.cpulist import format_cpulist, parse_cpulist
+from podres_exporter.model import ClaimDevice
 
 __all__ = [
     "ApiMode",
@@ -370,15 +371,8 @@ def _validate_node(node: NodeSpec, source: str, key: str) -> None:
 # --------------------------------------------------------------------------- pods
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimDeviceSpec:
-    """One device of a DRA claim, as ``ClaimResource`` reports it."""
-
-    driver: str
-    pool: str
-    device: str
-    cdi_devices: tuple[str, ...] = ()
-    share_id: str | None = None
+# One device of a DRA claim, as ``ClaimResource`` reports it: the exporter's own model.
+ClaimDeviceSpec = ClaimDevice
 
 
 @dataclass(frozen=True, slots=True)
