@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from podres_exporter.cli.export import Exporter
 from podres_exporter.settings import Settings, build
-from podres_exporter.sim import Scenario, SimKubelet, load_builtin, write_sysfs
+from podres_exporter.sim import Scenario, SimKubelet, load_builtin
+from podres_exporter.sim.hostfs import SimHost
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -99,8 +100,10 @@ def make_sim(tmp_path: Path) -> Iterator[Callable[..., SimKubelet]]:
         sim = SimKubelet(sc, str(sock))
         if behaviour:
             sim.set_behaviour(**behaviour)
-        write_sysfs(sc.node, tmp_path / f"sys-{len(sims)}")
-        sim.sysfs_root = tmp_path / f"sys-{len(sims)}"  # type: ignore[attr-defined]
+        # The node's host files and a fake NVML, frozen in time (clock None) so
+        # expositions are deterministic; tests call sim.host.refresh() to move on.
+        sim.host = SimHost(sim, tmp_path / f"host-{len(sims)}", clock=None)  # type: ignore[attr-defined]
+        sim.sysfs_root = sim.host.sysfs  # type: ignore[attr-defined]
         sims.append(sim)
         if start:
             sim.start()
@@ -122,7 +125,11 @@ def exporter_settings(sim: SimKubelet, **overrides: Any) -> Settings:
             "--kubelet-backoff-max": "0.2s",
             "--kubelet-empty-confirm": "1s",
             "--kubelet-timeout": "2s",
-            "--path.sysfs": str(sim.sysfs_root),  # type: ignore[attr-defined]
+            "--path.sysfs": str(sim.host.sysfs),  # type: ignore[attr-defined]
+            "--path.procfs": str(sim.host.procfs),  # type: ignore[attr-defined]
+            "--path.pod-logs": str(sim.host.pod_logs),  # type: ignore[attr-defined]
+            "--path.container-logs": str(sim.host.container_logs),  # type: ignore[attr-defined]
+            "--source-timeout": "2s",
         },
         {},
     )
@@ -135,7 +142,8 @@ def make_exporter() -> Iterator[Callable[..., Exporter]]:
     started: list[Exporter] = []
 
     def factory(sim: SimKubelet, **overrides: Any) -> Exporter:
-        exp = Exporter(exporter_settings(sim, **overrides))
+        backend = sim.host.gpu_backend()  # type: ignore[attr-defined]
+        exp = Exporter(exporter_settings(sim, **overrides), gpu_backend=backend)
         exp.start()
         started.append(exp)
         return exp

@@ -35,12 +35,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
 
 from podres_exporter.model import (
     ApiVersion,
     ContainerAlloc,
     DeviceRef,
+    Holder,
     KubeletReading,
     MemoryBlock,
     NodeTopology,
@@ -62,18 +62,6 @@ ANOMALIES = (
     "empty_name",  # an empty namespace, pod, container or resource name
     "memory_overcommitted",  # allocated above allocatable on a NUMA node
 )
-
-
-class Holder(NamedTuple):
-    """A container identity. ``container`` is empty for pod-level resources.
-
-    A NamedTuple, not a dataclass: holders are hashed and sorted by the thousand,
-    and tuples do both in C.
-    """
-
-    namespace: str
-    pod: str
-    container: str
 
 
 @dataclass(frozen=True, slots=True)

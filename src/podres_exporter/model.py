@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from podres_exporter.telemetry import Telemetry
 
 # A NUMA placement: the sorted node ids a device or memory block is attached to,
 # or None when the kubelet sent no topology at all. "Node 0" is (0,), never None.
@@ -27,6 +31,18 @@ def numa_label(nodes: NumaNodes) -> str:
     if nodes is None:
         return "none"
     return ",".join(str(n) for n in nodes)
+
+
+class Holder(NamedTuple):
+    """A container identity. ``container`` is empty for pod-level resources.
+
+    A NamedTuple, not a dataclass: holders are hashed and sorted by the thousand,
+    and tuples do both in C.
+    """
+
+    namespace: str
+    pod: str
+    container: str
 
 
 class ApiVersion(StrEnum):
@@ -195,6 +211,7 @@ class Snapshot:
     kubelet_error: str | None = None
     stats: RequestStats = field(default_factory=RequestStats)
     suspect_empty_readings: int = 0
+    telemetry: Telemetry | None = None
 
     @property
     def ready(self) -> bool:

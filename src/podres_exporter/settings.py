@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podres_exporter.errors import ConfigError
+from podres_exporter.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.logconf import LEVELS
 
 DEFAULT_LISTEN = ":9842"
@@ -96,6 +97,14 @@ def parse_bool(text: str | bool) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true or false)")
 
 
+def parse_patterns(text: str) -> tuple[str, ...]:
+    """Comma-separated, non-empty glob patterns: ``nvidia.com/*,amd.com/gpu``."""
+    patterns = tuple(p.strip() for p in str(text).split(",") if p.strip())
+    if not patterns:
+        raise ValueError("expected at least one pattern, e.g. nvidia.com/*")
+    return patterns
+
+
 def parse_path(text: str) -> str:
     """A non-empty path."""
     value = str(text)
@@ -142,12 +151,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("--kubelet-backoff-max", "backoff_max_s", parse_duration, 30.0,
            "Longest wait between retries of an unreachable or rate-limiting kubelet."),
     Option("--kubelet-empty-confirm", "empty_confirm_s", parse_duration, 3.0,
-           "How long a reading with no pods and no allocatable CPUs, right after a non-empty one, "
-           "must persist before it is believed (a restarting kubelet answers so for ~100 ms)."),
+           "How long a reading that lost every pod or every allocatable CPU at once must persist "
+           "before it is believed (a restarting kubelet answers so for ~100 ms)."),
     Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
            "Root of sysfs (the host's /sys mounted into the pod, e.g. /host/sys)."),
     Option("--path.procfs", "path_procfs", parse_path, "/proc",
-           "Root of procfs (the host's /proc mounted into the pod, e.g. /host/proc)."),
+           "Root of procfs (the host's /proc mounted into the pod, e.g. /host/proc): per-CPU "
+           "time and the cgroups of GPU processes."),
+    Option("--path.pod-logs", "path_pod_logs", parse_path, "/var/log/pods",
+           "The kubelet's pod log directory; its names map pod UIDs to pods."),
+    Option("--path.container-logs", "path_container_logs", parse_path, "/var/log/containers",
+           "The kubelet's container log links; their names map container IDs to containers "
+           "(GPU processes to their holders)."),
+    Option("--source-timeout", "source_timeout_s", parse_duration, 5.0,
+           "Longest wait for one telemetry source (NVML, sysfs, /proc) per poll; a slower one "
+           "keeps its last data, marked stale, and never delays the others."),
+    Option("--gpu-resources", "gpu_resources", parse_patterns,
+           ",".join(DEFAULT_GPU_RESOURCES),
+           "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
+           "(nvidia<N>, card<N>-<M> ...); other resources are matched by id shape alone."),
     Option("--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."),
     Option("--log-format", "log_format", parse_log_format, "auto",
            "auto (JSON unless stderr is a terminal), json or console."),
@@ -169,6 +191,10 @@ class Settings:
     empty_confirm_s: float
     path_sysfs: str
     path_procfs: str
+    path_pod_logs: str
+    path_container_logs: str
+    source_timeout_s: float
+    gpu_resources: tuple[str, ...]
     log_level: str
     log_format: str
     collectors: Mapping[str, bool] = field(default_factory=dict)

@@ -138,3 +138,15 @@ def test_failed_polls_reuse_the_last_accounting() -> None:
     p.poll_once()
     third = store.current()
     assert third is not None and third.accounting is not first.accounting
+
+
+def test_losing_every_pod_alone_is_held() -> None:
+    """Pods gone while allocatable CPUs remain (the window ending between calls) is held."""
+    full = reading(2)
+    no_pods = KubeletReading(ApiVersion.V1, (), full.allocatable, Support.SERVED, 0.0)
+    store = Store()
+    p = Poller(Script([full, no_pods]), lambda: TOPO, store, interval_s=10.0, empty_confirm_s=3.0)
+    p.poll_once()
+    assert p.poll_once() == 0.5
+    view = store.current()
+    assert view is not None and view.accounting is not None and view.accounting.pods == 2

@@ -1,14 +1,17 @@
 """``podres demo``: the exporter against the built-in simulated node.
 
 The simulated kubelet serves the real pod-resources gRPC API on a unix socket in
-a temporary directory, beside a sysfs tree with the scenario's CPU topology; the
-exporter reads both exactly as it reads a real node. Tests use the same simulator.
+a temporary directory, beside the simulated host: a sysfs tree (CPU topology,
+SR-IOV NICs), a procfs, the kubelet's log names and a fake NVML with the
+scenario's GPUs. The exporter reads them exactly as it reads a real node. Tests
+use the same simulator.
 """
 
 from __future__ import annotations
 
 import sys
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +19,8 @@ from podres_exporter import logconf
 from podres_exporter.cli.export import Exporter, wait_for_signal
 from podres_exporter.errors import ConfigError
 from podres_exporter.settings import Settings, parse_duration
-from podres_exporter.sim import Scenario, ScenarioError, SimKubelet, builtin_names, write_sysfs
+from podres_exporter.sim import Scenario, ScenarioError, SimKubelet, builtin_names
+from podres_exporter.sim.hostfs import SimHost
 from podres_exporter.sim.scenario import load_builtin
 
 
@@ -35,6 +39,12 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise ConfigError(f"--scenario: {err}") from err
 
 
+def _tick(host: SimHost, stop: threading.Event) -> None:
+    """Advance the simulated host's counters and follow its pods, once a second."""
+    while not stop.wait(1.0):
+        host.refresh(seconds=1.0)
+
+
 def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
     """Serve the demo node until SIGTERM or SIGINT."""
     logconf.configure(
@@ -47,14 +57,27 @@ def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
     except ValueError as err:
         raise ConfigError(f"invalid value for --churn-interval: {err}") from err
     with tempfile.TemporaryDirectory(prefix="podres-demo-") as tmp:
-        sysfs = Path(tmp) / "sys"
-        write_sysfs(sc.node, sysfs)
         sim = SimKubelet(sc, Path(tmp) / "kubelet.sock")
+        host = SimHost(sim, tmp)
         sim.start()
         if churn_s:
             sim.start_churn(churn_s)
+        stop_ticking = threading.Event()
+        ticker = threading.Thread(
+            target=_tick, args=(host, stop_ticking), name="podres-demo-host", daemon=True
+        )
+        ticker.start()
+        sysfs = host.sysfs
         exporter = Exporter(
-            replace(settings, kubelet_socket=str(sim.socket_path), path_sysfs=str(sysfs))
+            replace(
+                settings,
+                kubelet_socket=str(sim.socket_path),
+                path_sysfs=str(host.sysfs),
+                path_procfs=str(host.procfs),
+                path_pod_logs=str(host.pod_logs),
+                path_container_logs=str(host.container_logs),
+            ),
+            gpu_backend=host.gpu_backend(),
         )
         exporter.start()
         print(
@@ -69,6 +92,8 @@ def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
             reason = wait_for_signal()
         finally:
             exporter.stop("demo ended")
+            stop_ticking.set()
+            ticker.join(5)
             sim.stop(remove_socket=True)
     print(f"podres demo: stopped ({reason})", file=sys.stderr)
     return 0

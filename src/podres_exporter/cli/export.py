@@ -11,24 +11,85 @@ from typing import Any
 import structlog
 
 from podres_exporter import __version__, collectors, logconf
+from podres_exporter.collectors import Collector
 from podres_exporter.errors import ConfigError
 from podres_exporter.http import Exposition, MetricsServer
-from podres_exporter.poller import Backoff, Poller, Store
+from podres_exporter.poller import Backoff, Poller, Source, SourceRunner, Store
 from podres_exporter.settings import Settings
+from podres_exporter.sources.gpu import GpuBackend
 from podres_exporter.sources.kubelet import KubeletClient
+from podres_exporter.sources.procfs import (
+    read_container_index,
+    read_cpu_times,
+    read_pid_cgroups,
+)
 from podres_exporter.sources.sysfs import read_topology
+from podres_exporter.sources.sysfs_devices import read_devices
 
 log = structlog.get_logger(__name__)
 
 
-class Exporter:
-    """The running exporter: poller thread + HTTP server thread."""
+def gpu_source(backend: GpuBackend, settings: Settings) -> Source:
+    """GPUs from the backend, then the cgroups of their processes and the log-name index."""
 
-    def __init__(self, settings: Settings) -> None:
+    def read() -> dict[str, Any]:
+        inventory = backend.read()
+        pids = {p.pid for g in inventory.gpus for p in g.processes}
+        if not pids:
+            return {"gpus": inventory, "pid_cgroups": {}, "containers": None}
+        return {
+            "gpus": inventory,
+            "pid_cgroups": read_pid_cgroups(settings.path_procfs, pids),
+            "containers": read_container_index(
+                settings.path_container_logs, settings.path_pod_logs
+            ),
+        }
+
+    return read
+
+
+def build_sources(
+    settings: Settings, enabled: tuple[Collector, ...], gpu_backend: GpuBackend | None
+) -> dict[str, Source]:
+    """The telemetry sources the enabled collectors need, and only those."""
+    names = {c.name for c in enabled}
+    sources: dict[str, Source] = {}
+    if "gpu" in names and gpu_backend is not None:
+        sources["gpu"] = gpu_source(gpu_backend, settings)
+    if names & {"pci", "net", "infiniband", "drm"}:
+        sources["sysfs"] = partial(
+            lambda root: {"devices": read_devices(root)}, settings.path_sysfs
+        )
+    if "cpu_usage" in names:
+        sources["cpu"] = partial(
+            lambda root: {"cpu_times": read_cpu_times(root)}, settings.path_procfs
+        )
+    return sources
+
+
+def default_gpu_backend() -> GpuBackend:
+    """The NVML backend over the real pynvml; "no data" on a node without NVIDIA driver."""
+    from podres_exporter.sources.gpu import open_nvml_backend
+
+    return open_nvml_backend()
+
+
+class Exporter:
+    """The running exporter: poller thread + HTTP server thread.
+
+    ``gpu_backend``: the GPU telemetry backend (NVML by default; the demo and the
+    tests inject one over a fake NVML).
+    """
+
+    def __init__(self, settings: Settings, *, gpu_backend: GpuBackend | None = None) -> None:
         try:
             enabled = collectors.select(settings.collectors)
         except KeyError as err:
             raise ConfigError(f"unknown collector {err.args[0]!r}") from err
+        if gpu_backend is None and any(c.name == "gpu" for c in enabled):
+            gpu_backend = default_gpu_backend()
+        self.gpu_backend = gpu_backend
+        sources = build_sources(settings, enabled, gpu_backend)
         self.settings = settings
         self.store = Store()
         self.client = KubeletClient(
@@ -43,6 +104,10 @@ class Exporter:
             interval_s=settings.poll_interval_s,
             backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s),
             empty_confirm_s=settings.empty_confirm_s,
+            telemetry=SourceRunner(sources, timeout_s=settings.source_timeout_s)
+            if sources
+            else None,
+            gpu_resources=settings.gpu_resources,
         )
         self.exposition = Exposition(self.store, enabled, __version__)
         try:
@@ -84,6 +149,8 @@ class Exporter:
         self.server.server_close()
         self.poller.stop()
         self.client.close()
+        if self.gpu_backend is not None:
+            self.gpu_backend.close()
         log.info("exporter_stopped", reason=reason)
 
 

@@ -19,8 +19,16 @@ from podres_exporter.collectors.base import Collector, RenderContext
 from podres_exporter.collectors.cpu import CpuCollector
 from podres_exporter.collectors.devices import DevicesCollector
 from podres_exporter.collectors.dra import DraCollector
+from podres_exporter.collectors.gpu import GpuCollector
 from podres_exporter.collectors.kubelet import BuildCollector, KubeletCollector
 from podres_exporter.collectors.memory import MemoryCollector
+from podres_exporter.collectors.sysfs import (
+    DrmCollector,
+    InfinibandCollector,
+    NetCollector,
+    PciCollector,
+)
+from podres_exporter.collectors.usage import CpuUsageCollector, PlacementCollector, SourcesCollector
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +39,14 @@ ALL: tuple[Collector, ...] = (
     DevicesCollector(),
     MemoryCollector(),
     DraCollector(),
+    SourcesCollector(),
+    GpuCollector(),
+    PciCollector(),
+    NetCollector(),
+    InfinibandCollector(),
+    DrmCollector(),
+    CpuUsageCollector(),
+    PlacementCollector(),
 )
 BY_NAME: Mapping[str, Collector] = {c.name: c for c in ALL}
 

@@ -53,7 +53,7 @@ class KubeletCollector:
         yield durations
         suspect = CounterMetricFamily(
             "podres_kubelet_suspect_empty_readings",
-            "Readings with no pods and no allocatable CPUs that followed a non-empty one "
+            "Readings that lost every pod or every allocatable CPU at once "
             "(a kubelet that has just restarted) and were held back until confirmed.",
         )
         suspect.add_metric([], snap.suspect_empty_readings)

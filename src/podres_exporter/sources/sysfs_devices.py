@@ -1,0 +1,446 @@
+"""Device telemetry read from sysfs under a configurable root (``--path.sysfs``).
+
+``read_devices`` reads, in the kernel's layout:
+
+* PCI functions, ``bus/pci/devices/<address>``: NUMA node, ids, driver, SR-IOV
+  parent, PCIe link, AER counters, hwmon temperature and power, and the names of
+  the net / InfiniBand / DRM devices the function carries;
+* network interfaces, ``class/net/<name>``: state, carrier, speed, statistics;
+* InfiniBand / RDMA ports, ``class/infiniband/<dev>/ports/<n>``: state, rate,
+  ``counters/`` and ``hw_counters/``;
+* DRM cards, ``class/drm/card<N>``: amdgpu busy and VRAM, Intel GT frequency, hwmon.
+
+Only what is selected is read: this runs on every poll, on nodes with hundreds of
+interfaces. Sysfs is a moving target: a file that is missing or unreadable
+(``EINVAL`` for the carrier of a link that is administratively down, ``ENODEV`` for
+a device going away, ``EACCES``), or whose content does not parse, leaves its field
+None (its counter absent); a device that vanishes between the listing and the
+reading is left out. Only an unusable root raises SourceError.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from podres_exporter.errors import SourceError
+from podres_exporter.telemetry import (
+    DrmCardReading,
+    IbPortReading,
+    NetReading,
+    PciReading,
+    SysfsDevices,
+)
+
+__all__ = ["SELECTED_CLASS_PREFIXES", "normalize_pci_address", "read_devices"]
+
+# PCI class codes (the top 16 bits of ``class``) read when no address is given:
+# network controllers (0x02xx, InfiniBand 0x0207 among them), display and 3D
+# controllers (0x03xx), processing accelerators (0x12xx), and the InfiniBand class
+# of the serial-bus controllers (0x0c06) that older HCAs report.
+SELECTED_CLASS_PREFIXES: tuple[int, ...] = (0x02, 0x03, 0x12)
+_SELECTED_SUBCLASSES: tuple[int, ...] = (0x0C06,)
+
+_PCI_ADDRESS = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
+_CARD = re.compile(r"^card(\d+)$")
+_HWMON = re.compile(r"^hwmon(\d+)$")
+_NET_STATS = (
+    "rx_bytes",
+    "tx_bytes",
+    "rx_packets",
+    "tx_packets",
+    "rx_errors",
+    "tx_errors",
+    "rx_dropped",
+    "tx_dropped",
+)
+
+
+def normalize_pci_address(address: str) -> str | None:
+    """``"0000:AF:02.1"`` or ``"af:02.1"`` -> ``"0000:af:02.1"``; None when not a PCI address."""
+    match = _PCI_ADDRESS.match(address.strip().lower())
+    if match is None:
+        return None
+    domain, bus, slot, function = match.groups()
+    return f"{(domain or '0000').zfill(4)}:{bus}:{slot}.{function}"
+
+
+# ----------------------------------------------------------------------- file access
+
+
+def _read(path: str) -> str | None:
+    """The stripped content of a sysfs file; None when it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError:  # ENOENT, EINVAL, ENODEV, EACCES, EIO, EISDIR ...
+        return None
+    return data.decode("utf-8", "replace").strip()
+
+
+def _int(path: str) -> int | None:
+    text = _read(path)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _link_name(path: str) -> str | None:
+    """The last component of a symlink's target (``driver`` -> ``"ice"``)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return None
+    return os.path.basename(target.rstrip("/")) or None
+
+
+def _device_pci_address(device_link: str) -> str | None:
+    """The PCI function a ``device`` symlink points to, if any.
+
+    The link points to the function itself, or, for virtio devices, to a
+    ``virtioN`` device whose parent is the PCI function.
+    """
+    name = _link_name(device_link)
+    if name is None:
+        return None
+    address = normalize_pci_address(name)
+    if address is not None:
+        return address
+    if name.startswith("virtio"):
+        parent = os.path.basename(os.path.dirname(os.path.realpath(device_link)))
+        return normalize_pci_address(parent)
+    return None
+
+
+def _hwmon_dirs(parent: str) -> list[str]:
+    """``parent/hwmon/hwmonN`` directories, by N."""
+    base = os.path.join(parent, "hwmon")
+    found = [(int(m.group(1)), name) for name in _listdir(base) if (m := _HWMON.match(name))]
+    return [os.path.join(base, name) for _, name in sorted(found)]
+
+
+def _first_int(dirs: Iterable[str], names: Iterable[str]) -> int | None:
+    """The first readable integer among ``dir/name`` for each dir, then each name."""
+    wanted = tuple(names)
+    for directory in dirs:
+        for name in wanted:
+            value = _int(os.path.join(directory, name))
+            if value is not None:
+                return value
+    return None
+
+
+def _scaled(value: int | None, divisor: float) -> float | None:
+    return None if value is None else value / divisor
+
+
+# ------------------------------------------------------------------------------- PCI
+
+
+def _class_selected(class_id: str | None) -> bool:
+    if class_id is None:
+        return False
+    try:
+        code = int(class_id, 16)
+    except ValueError:
+        return False
+    return (code >> 16) in SELECTED_CLASS_PREFIXES or (code >> 8) in _SELECTED_SUBCLASSES
+
+
+def _link_speed(path: str) -> float | None:
+    """``"16.0 GT/s PCIe"`` / ``"8 GT/s"`` -> GT/s; ``"Unknown"`` -> None."""
+    text = _read(path)
+    if not text:
+        return None
+    try:
+        speed = float(text.split()[0])
+    except ValueError:
+        return None
+    return speed if math.isfinite(speed) and speed > 0 else None
+
+
+def _link_width(path: str) -> int | None:
+    width = _int(path)
+    return width if width is not None and width > 0 else None
+
+
+def _aer(path: str) -> Mapping[str, int]:
+    """``aer_dev_*`` lines ``"Name count"`` -> {name: count}; empty when absent."""
+    text = _read(path)
+    counts: dict[str, int] = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                counts[parts[0]] = int(parts[1])
+            except ValueError:
+                continue
+    return MappingProxyType(counts)
+
+
+def _numa(path: str) -> int | None:
+    node = _int(path)
+    return node if node is not None and node >= 0 else None
+
+
+def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | None:
+    path = os.path.join(root, "bus", "pci", "devices", address)
+    if not os.path.isdir(path):
+        return None
+    if class_id is None:
+        class_id = _read(os.path.join(path, "class"))
+    driver = _link_name(os.path.join(path, "driver"))
+    physfn = _link_name(os.path.join(path, "physfn"))
+    hwmons = _hwmon_dirs(path)
+    nets = _listdir(os.path.join(path, "net"))
+    if driver == "virtio-pci":  # virtio-net hangs its interface off a virtioN child
+        for child in _listdir(path):
+            if child.startswith("virtio"):
+                nets.extend(_listdir(os.path.join(path, child, "net")))
+    reading = PciReading(
+        address=address,
+        numa_node=_numa(os.path.join(path, "numa_node")),
+        vendor_id=(_read(os.path.join(path, "vendor")) or "").lower(),
+        device_id=(_read(os.path.join(path, "device")) or "").lower(),
+        class_id=(class_id or "").lower(),
+        driver=driver,
+        physfn=normalize_pci_address(physfn) if physfn else None,
+        link_speed_gts=_link_speed(os.path.join(path, "current_link_speed")),
+        link_width=_link_width(os.path.join(path, "current_link_width")),
+        max_link_speed_gts=_link_speed(os.path.join(path, "max_link_speed")),
+        max_link_width=_link_width(os.path.join(path, "max_link_width")),
+        aer_correctable=_aer(os.path.join(path, "aer_dev_correctable")),
+        aer_nonfatal=_aer(os.path.join(path, "aer_dev_nonfatal")),
+        aer_fatal=_aer(os.path.join(path, "aer_dev_fatal")),
+        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",)), 1000),
+        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input")), 1e6),
+        net_interfaces=tuple(sorted(set(nets))),
+        infiniband_devices=tuple(sorted(_listdir(os.path.join(path, "infiniband")))),
+        drm_cards=tuple(
+            sorted(
+                (n for n in _listdir(os.path.join(path, "drm")) if _CARD.match(n)),
+                key=lambda n: int(n[4:]),
+            )
+        ),
+    )
+    if not os.path.isdir(path):  # it went away while we read it
+        return None
+    return reading
+
+
+def _pci_functions(root: str, selection: frozenset[str] | None) -> tuple[PciReading, ...]:
+    base = os.path.join(root, "bus", "pci", "devices")
+    candidates: list[tuple[str, str | None]] = []
+    if selection is None:
+        for name in _listdir(base):
+            address = normalize_pci_address(name)
+            if address is None:
+                continue
+            class_id = _read(os.path.join(base, name, "class"))
+            if _class_selected(class_id):
+                candidates.append((address, class_id))
+    else:
+        candidates = [(a, None) for a in selection]
+    readings = (_read_pci(root, a, c) for a, c in sorted(candidates))
+    return tuple(r for r in readings if r is not None)
+
+
+# ------------------------------------------------------------------------------- net
+
+
+def _read_net(root: str, name: str, pci_address: str | None) -> NetReading | None:
+    path = os.path.join(root, "class", "net", name)
+    if not os.path.isdir(path):
+        return None
+    carrier = _int(os.path.join(path, "carrier"))
+    speed = _int(os.path.join(path, "speed"))
+    stats_dir = os.path.join(path, "statistics")
+    stats = {key: _int(os.path.join(stats_dir, key)) for key in _NET_STATS}
+    operstate = _read(os.path.join(path, "operstate"))
+    if not os.path.isdir(path):
+        return None
+    return NetReading(
+        interface=name,
+        pci_address=pci_address,
+        operstate=operstate or "unknown",
+        carrier=None if carrier is None else carrier != 0,
+        speed_mbps=speed if speed is not None and speed >= 0 else None,
+        **stats,
+    )
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and "/" not in name and name not in (".", "..")
+
+
+def _net_interfaces(
+    root: str, interfaces: Iterable[str] | None, selection: frozenset[str] | None
+) -> tuple[NetReading, ...]:
+    base = os.path.join(root, "class", "net")
+    chosen: list[tuple[str, str | None]] = []
+    if interfaces is not None:
+        for name in sorted({i.strip() for i in interfaces}):
+            if _valid_name(name):
+                chosen.append((name, _device_pci_address(os.path.join(base, name, "device"))))
+    else:
+        for name in sorted(_listdir(base)):
+            address = _device_pci_address(os.path.join(base, name, "device"))
+            if address is not None and (selection is None or address in selection):
+                chosen.append((name, address))
+    readings = (_read_net(root, name, address) for name, address in chosen)
+    return tuple(r for r in readings if r is not None)
+
+
+# ------------------------------------------------------------------------ InfiniBand
+
+
+def _counters(directory: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in _listdir(directory):
+        value = _int(os.path.join(directory, name))
+        if value is not None:
+            counts[name] = value
+    return counts
+
+
+def _read_ib_port(device_dir: str, device: str, port: int, address: str | None) -> IbPortReading:
+    path = os.path.join(device_dir, "ports", str(port))
+    state = _read(os.path.join(path, "state")) or ""
+    counters = _counters(os.path.join(path, "counters"))
+    counters.update(_counters(os.path.join(path, "hw_counters")))
+    return IbPortReading(
+        device=device,
+        port=port,
+        pci_address=address,
+        state=state.partition(":")[2].strip() if ":" in state else state,
+        rate=_read(os.path.join(path, "rate")) or "",
+        counters=MappingProxyType(dict(sorted(counters.items()))),
+    )
+
+
+def _infiniband(root: str, selection: frozenset[str] | None) -> tuple[IbPortReading, ...]:
+    base = os.path.join(root, "class", "infiniband")
+    out: list[IbPortReading] = []
+    for device in sorted(_listdir(base)):
+        device_dir = os.path.join(base, device)
+        address = _device_pci_address(os.path.join(device_dir, "device"))
+        if selection is not None and address not in selection:
+            continue
+        ports = sorted(int(p) for p in _listdir(os.path.join(device_dir, "ports")) if p.isdigit())
+        readings = [_read_ib_port(device_dir, device, port, address) for port in ports]
+        if os.path.isdir(device_dir):
+            out.extend(readings)
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------- DRM
+
+
+def _drm_frequency_mhz(card_dir: str, device_dir: str) -> int | None:
+    """Intel GT frequency: i915's ``gt_act_freq_mhz`` (or ``gt_cur_freq_mhz``), else xe's
+    ``device/tile0/gt0/freq0/act_freq`` (or ``cur_freq``)."""
+    for path in (
+        os.path.join(card_dir, "gt_act_freq_mhz"),
+        os.path.join(card_dir, "gt_cur_freq_mhz"),
+        os.path.join(device_dir, "tile0", "gt0", "freq0", "act_freq"),
+        os.path.join(device_dir, "tile0", "gt0", "freq0", "cur_freq"),
+    ):
+        value = _int(path)
+        if value is not None:
+            return value
+    return None
+
+
+def _read_card(root: str, card: str, address: str | None) -> DrmCardReading | None:
+    card_dir = os.path.join(root, "class", "drm", card)
+    device_dir = os.path.join(card_dir, "device")
+    driver = _link_name(os.path.join(device_dir, "driver"))
+    busy = _int(os.path.join(device_dir, "gpu_busy_percent"))
+    hwmons = _hwmon_dirs(device_dir)
+    mhz = _drm_frequency_mhz(card_dir, device_dir)
+    reading = DrmCardReading(
+        card=card,
+        pci_address=address,
+        driver=driver,
+        busy_ratio=None if busy is None else busy / 100,
+        vram_used_bytes=_int(os.path.join(device_dir, "mem_info_vram_used")),
+        vram_total_bytes=_int(os.path.join(device_dir, "mem_info_vram_total")),
+        frequency_hz=None if mhz is None else mhz * 1e6,
+        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input")), 1e6),
+        energy_joules_total=_scaled(_first_int(hwmons, ("energy1_input",)), 1e6),
+        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",)), 1000),
+    )
+    if not os.path.isdir(card_dir):
+        return None
+    return reading
+
+
+def _drm(root: str, selection: frozenset[str] | None) -> tuple[DrmCardReading, ...]:
+    base = os.path.join(root, "class", "drm")
+    cards = sorted(
+        ((int(m.group(1)), name) for name in _listdir(base) if (m := _CARD.match(name))),
+    )
+    out: list[DrmCardReading] = []
+    for _, card in cards:
+        address = _device_pci_address(os.path.join(base, card, "device"))
+        if selection is not None and address not in selection:
+            continue
+        reading = _read_card(root, card, address)
+        if reading is not None:
+            out.append(reading)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- entry
+
+
+def read_devices(
+    sysfs_root: str | Path,
+    *,
+    pci_addresses: Iterable[str] | None = None,
+    interfaces: Iterable[str] | None = None,
+) -> SysfsDevices:
+    """Read the device telemetry under ``sysfs_root``.
+
+    ``pci_addresses``: read only these PCI functions (any case, with or without the
+    ``0000:`` domain; one that does not exist is simply absent), and only the
+    InfiniBand ports, DRM cards and (when ``interfaces`` is None) network
+    interfaces that belong to them. None: every network, display / 3D, processing
+    accelerator and InfiniBand function, every InfiniBand port and DRM card.
+
+    ``interfaces``: read only these network interfaces (those that exist), PCI or
+    not. None: every interface backed by a (selected) PCI function, so not ``lo``,
+    veths, bridges or other virtual devices.
+
+    Raises SourceError only when ``sysfs_root`` cannot be listed.
+    """
+    root = os.fspath(sysfs_root)
+    try:
+        with os.scandir(root):
+            pass
+    except OSError as err:
+        raise SourceError(f"cannot read {root}: {err.strerror or err}") from err
+    selection: frozenset[str] | None = None
+    if pci_addresses is not None:
+        normalized = (normalize_pci_address(a) for a in pci_addresses)
+        selection = frozenset(a for a in normalized if a is not None)
+    return SysfsDevices(
+        pci=_pci_functions(root, selection),
+        net=_net_interfaces(root, interfaces, selection),
+        infiniband=_infiniband(root, selection),
+        drm=_drm(root, selection),
+    )

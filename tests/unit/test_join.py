@@ -1,0 +1,212 @@
+"""The pure join: telemetry matched to holders, shared devices once, ids counted."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from podres_exporter.accounting import account
+from podres_exporter.ids import Kind
+from podres_exporter.join import join
+from podres_exporter.model import (
+    Allocatable,
+    ApiVersion,
+    ContainerAlloc,
+    DeviceRef,
+    Holder,
+    KubeletReading,
+    MemoryBlock,
+    NodeTopology,
+    PodAlloc,
+    Support,
+)
+from podres_exporter.telemetry import (
+    CgroupRef,
+    ContainerIndex,
+    CpuTimes,
+    GpuInventory,
+    GpuProcess,
+    GpuReading,
+    NetReading,
+    PciReading,
+    SysfsDevices,
+    Telemetry,
+)
+
+U1 = "GPU-11111111-1111-1111-1111-111111111111"
+U2 = "GPU-22222222-2222-2222-2222-222222222222"
+M1 = "MIG-33333333-3333-3333-3333-333333333333"
+VF = "0000:af:02.1"
+TOPO = NodeTopology(frozenset(range(4)), MappingProxyType({0: 0, 1: 0, 2: 1, 3: 1}))
+
+
+def pod(name: str, *containers: ContainerAlloc) -> PodAlloc:
+    return PodAlloc("ns", name, containers)
+
+
+def dev(resource: str, device_id: str, numa: int | None = 0) -> DeviceRef:
+    return DeviceRef(resource, device_id, None if numa is None else (numa,))
+
+
+def reading(*pods: PodAlloc, allocatable: tuple[DeviceRef, ...] = ()) -> KubeletReading:
+    return KubeletReading(
+        ApiVersion.V1, pods, Allocatable(frozenset(range(4)), allocatable), Support.SERVED, 0.0
+    )
+
+
+def gpus(*readings: GpuReading) -> GpuInventory:
+    return GpuInventory(available=True, driver_version="550.54", gpus=readings)
+
+
+def run(r: KubeletReading, t: Telemetry, **kw: object):  # type: ignore[no-untyped-def]
+    return join(account(r, TOPO), r, TOPO, t, now=100.0, **kw)  # type: ignore[arg-type]
+
+
+def test_whole_gpu_has_its_single_holder() -> None:
+    """A GPU held by one container carries that container; a free GPU carries none."""
+    r = reading(pod("a", ContainerAlloc("c", devices=(dev("nvidia.com/gpu", U1),))))
+    j = run(r, Telemetry(gpus=gpus(GpuReading(U1, 0), GpuReading(U2, 1))))
+    held = {g.gpu.uuid: g.held.single for g in j.gpus}
+    assert held == {U1: Holder("ns", "a", "c"), U2: None}
+
+
+def test_time_sliced_gpu_is_one_shared_row() -> None:
+    """Replicas ::0 and ::1 of one GPU in two pods: one row, shared, no single holder."""
+    r = reading(
+        pod("a", ContainerAlloc("c", devices=(dev("nvidia.com/gpu.shared", f"{U1}::0"),))),
+        pod("b", ContainerAlloc("c", devices=(dev("nvidia.com/gpu.shared", f"{U1}::1"),))),
+    )
+    j = run(r, Telemetry(gpus=gpus(GpuReading(U1, 0))))
+    assert len(j.gpus) == 1
+    row = j.gpus[0]
+    assert row.held.shared and row.held.single is None
+    assert [h.pod for h in row.held.holders] == ["a", "b"]
+    assert all(x.matched and x.physical_id == U1 for x in j.resolutions)
+
+
+def test_mig_by_uuid_legacy_id_and_gke_index() -> None:
+    """MIG UUIDs, MIG-GPU-<uuid>/gi/ci and nvidia<N> all find their NVML device."""
+    mig = GpuReading(M1, 0, parent_uuid=U1, gpu_instance_id=1, compute_instance_id=0)
+    r = reading(
+        pod("a", ContainerAlloc("c", devices=(dev("nvidia.com/mig-1g.10gb", M1),))),
+        pod("b", ContainerAlloc("c", devices=(dev("nvidia.com/mig-1g.10gb", f"MIG-{U1}/1/0"),))),
+        pod("g", ContainerAlloc("c", devices=(dev("nvidia.com/gpu", "nvidia1"),))),
+    )
+    j = run(r, Telemetry(gpus=gpus(GpuReading(U1, 0, mig_enabled=True), mig, GpuReading(U2, 1))))
+    by = {g.gpu.uuid: [h.pod for h in g.held.holders] for g in j.gpus}
+    assert by == {U1: [], M1: ["a", "b"], U2: ["g"]}
+
+
+def test_sriov_vf_matches_pci_and_its_interface() -> None:
+    """A VF's PCI address gives the PCI row and its network interface the same holder."""
+    r = reading(pod("nf", ContainerAlloc("dp", devices=(dev("intel.com/sriov", VF, 1),))))
+    devices = SysfsDevices(
+        pci=(PciReading(VF, numa_node=1, net_interfaces=("ens2f0v1",)), PciReading("0000:00:1f.0")),
+        net=(
+            NetReading("ens2f0v1", pci_address=VF, rx_bytes=10),
+            NetReading("eth0", pci_address="0000:00:03.0"),
+        ),
+    )
+    j = run(r, Telemetry(devices=devices))
+    assert [(p.pci.address, p.held.single) for p in j.pci] == [(VF, Holder("ns", "nf", "dp"))]
+    assert [(n.net.interface, n.held.single) for n in j.net] == [
+        ("ens2f0v1", Holder("ns", "nf", "dp"))
+    ]
+
+
+def test_unknown_ids_are_kept_and_unmatched() -> None:
+    """An id of no known shape, or with no telemetry, resolves unmatched: never dropped."""
+    r = reading(
+        pod("vm", ContainerAlloc("c", devices=(dev("devices.kubevirt.io/kvm", "kvm-3", None),))),
+        allocatable=(dev("nvidia.com/gpu", U2),),
+    )
+    j = run(r, Telemetry(gpus=gpus()))
+    res = {x.device_id: (x.kind, x.matched) for x in j.resolutions}
+    assert res == {"kvm-3": (Kind.UNKNOWN, False), U2: (Kind.GPU, False)}
+
+
+def test_gpu_processes_per_holder_and_unattributed() -> None:
+    """Per-process samples sum per holder; a PID of no holder of that GPU is unattributed."""
+    cid_a, cid_x = "a" * 64, "f" * 64
+    r = reading(
+        pod("a", ContainerAlloc("c", devices=(dev("nvidia.com/gpu.shared", f"{U1}::0"),))),
+        pod("b", ContainerAlloc("c", devices=(dev("nvidia.com/gpu.shared", f"{U1}::1"),))),
+    )
+    g = GpuReading(
+        U1,
+        0,
+        processes=(
+            GpuProcess(10, used_memory_bytes=100, sm_ratio=0.25),
+            GpuProcess(11, used_memory_bytes=50, sm_ratio=0.5),
+            GpuProcess(12, used_memory_bytes=7, sm_ratio=0.125),
+            GpuProcess(13, used_memory_bytes=1),
+        ),
+    )
+    t = Telemetry(
+        gpus=gpus(g),
+        pid_cgroups=MappingProxyType(
+            {10: CgroupRef("u", cid_a), 11: CgroupRef("u", cid_a), 12: CgroupRef("v", cid_x)}
+        ),
+        containers=ContainerIndex(
+            MappingProxyType({cid_a: Holder("ns", "a", "c"), cid_x: Holder("other", "x", "c")})
+        ),
+    )
+    usage = {(u.holder.pod if u.holder else None): u for u in run(r, t).gpu_usage}
+    assert set(usage) == {"a", None}
+    assert (usage["a"].processes, usage["a"].used_memory_bytes, usage["a"].sm_ratio) == (
+        2,
+        150,
+        0.75,
+    )
+    assert (usage[None].processes, usage[None].used_memory_bytes, usage[None].sm_ratio) == (
+        2,
+        8,
+        0.125,
+    )
+
+
+def test_numa_alignment() -> None:
+    """Same nodes for CPUs, devices and memory is aligned; a device on another node is not."""
+    r = reading(
+        pod(
+            "ok",
+            ContainerAlloc(
+                "c",
+                cpu_ids=frozenset({0}),
+                devices=(dev("x/y", "d0", 0),),
+                memory=(MemoryBlock("memory", 1, (0,)),),
+            ),
+        ),
+        pod("bad", ContainerAlloc("c", cpu_ids=frozenset({1}), devices=(dev("x/y", "d1", 1),))),
+        pod("none", ContainerAlloc("c")),
+    )
+    assert run(r, Telemetry()).numa_aligned == (
+        (Holder("ns", "bad", "c"), False),
+        (Holder("ns", "ok", "c"), True),
+    )
+
+
+def test_cpu_busy_and_shared_pool_ratio() -> None:
+    """Exclusive CPUs get busy-seconds rows; the shared pool's ratio comes from two readings."""
+    r = reading(pod("a", ContainerAlloc("c", cpu_ids=frozenset({0}))))
+    before = Telemetry(
+        cpu_times=CpuTimes({0: 5.0, 1: 10.0, 2: 0.0, 3: 0.0}, {0: 10.0, 1: 20.0, 2: 10.0, 3: 10.0})
+    )
+    now = Telemetry(
+        cpu_times=CpuTimes({0: 9.0, 1: 11.0, 2: 4.0, 3: 4.0}, {0: 20.0, 1: 30.0, 2: 20.0, 3: 20.0})
+    )
+    j = run(r, now, previous=before)
+    assert [(c.cpu, c.holder.pod, c.busy_seconds) for c in j.cpu_busy] == [(0, "a", 9.0)]
+    assert dict(j.shared_pool_busy_ratio) == {"0": 0.1, "1": 0.4}
+    assert not run(r, now).shared_pool_busy_ratio, "one reading gives no ratio"
+
+
+def test_idle_held_gpu_keeps_its_start() -> None:
+    """A held GPU at 0% is idle since first seen idle; busy again, it is no longer idle."""
+    r = reading(pod("a", ContainerAlloc("c", devices=(dev("nvidia.com/gpu", U1),))))
+    idle = Telemetry(gpus=gpus(GpuReading(U1, 0, utilization_gpu_ratio=0.0)))
+    first = run(r, idle)
+    assert [(i.device, i.idle_since) for i in first.idle] == [(U1, 100.0)]
+    later = run(r, idle, idle_before=first.idle_since())
+    assert later.idle[0].idle_since == 100.0
+    busy = Telemetry(gpus=gpus(GpuReading(U1, 0, utilization_gpu_ratio=0.3)))
+    assert not run(r, busy, idle_before=first.idle_since()).idle
