@@ -125,6 +125,10 @@ def test_demo_runs_a_realistic_node_and_stops_cleanly() -> None:
         assert any("::" in i for i in ids) and any(i.startswith("MIG-") for i in ids)
         assert any(re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d", i) for i in ids)
         assert select(s, "podres_node_memory_bytes", memory_type="hugepages-1Gi")
+        # The simulated host's telemetry, joined to the same pods.
+        assert any(dict(k)["pod"] for k in select(s, "podres_gpu_utilization_ratio"))
+        assert any(dict(k)["pod"] for k in select(s, "podres_net_receive_bytes_total"))
+        assert sample(s, "podres_nvml_available") == 1
         # Churn: the set of pods changes over time.
         pods0 = {dict(k)["pod"] for k in select(s, "podres_container_device_info")}
         wait_until(

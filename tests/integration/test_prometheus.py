@@ -109,6 +109,20 @@ def test_prometheus_scrapes_pod_labelled_series(
     assert float(free_gpus[0]["value"][1]) == sum(
         select(ours, "podres_node_devices", resource="nvidia.com/gpu", state="unallocated").values()
     )
+    # Pod-labelled GPU and NIC series, and no double counting of shared GPUs.
+    assert prom.query('podres_gpu_utilization_ratio{pod!=""}')
+    assert prom.query('podres_net_receive_bytes_total{pod!=""}')
+    copies = prom.query("count by (uuid) (podres_gpu_memory_used_bytes)")
+    assert copies and all(float(r["value"][1]) == 1 for r in copies)
+    assert prom.query("podres_gpu_shared == 1"), "the demo has a time-sliced GPU"
+    assert not prom.query(
+        'podres_gpu_memory_used_bytes{pod!=""} and on (uuid) (podres_gpu_shared == 1)'
+    ), "a shared GPU carries no holder"
+    per_pod = prom.query(
+        'sum(podres_gpu_memory_used_bytes{pod!=""}) + sum(podres_gpu_memory_used_bytes{pod=""})'
+    )
+    every = prom.query("sum(podres_gpu_memory_used_bytes)")
+    assert float(per_pod[0]["value"][1]) == float(every[0]["value"][1])
     # The scrape produced no sample Prometheus had to reject.
     bad = prom.query("scrape_samples_post_metric_relabeling - scrape_samples_scraped")
     assert float(bad[0]["value"][1]) == 0
