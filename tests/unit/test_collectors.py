@@ -107,3 +107,19 @@ def test_select_rejects_unknown_names() -> None:
         assert err.args[0] == "gpu-magic"
     else:  # pragma: no cover
         raise AssertionError("no KeyError")
+
+
+def test_sources_follow_the_enabled_collectors() -> None:
+    """A telemetry source is read only when a collector that needs it is on."""
+    from podres_exporter.cli.export import build_sources
+    from podres_exporter.settings import build
+    from podres_exporter.sources.fakenvml import FakeNvml
+    from podres_exporter.sources.gpu import NvmlBackend
+
+    settings = build({}, {})
+    backend = NvmlBackend(FakeNvml())
+    assert set(build_sources(settings, select({}), backend)) == {"gpu", "sysfs", "cpu"}
+    off = {"gpu": False, "pci": False, "net": False, "infiniband": False, "drm": False}
+    assert set(build_sources(settings, select(off), backend)) == {"cpu"}
+    assert set(build_sources(settings, select({"cpu_usage": False}), None)) == {"sysfs"}
+    backend.close()
