@@ -94,6 +94,20 @@ class HeldDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceState:
+    """One device id the kubelet reports, with its state.
+
+    ``free``: allocatable and held by nobody; ``allocated``: held (and allocatable,
+    or allocatable unknown); ``allocated_unhealthy``: held, no longer allocatable.
+    """
+
+    resource: str
+    device_id: str
+    numa: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class HeldMemory:
     """Pinned memory of one type held by one holder on one NUMA placement."""
 
@@ -130,6 +144,7 @@ class Accounting:
     container_cpus: tuple[HolderCount, ...]
     node_devices: Mapping[tuple[str, str, str], int]
     container_devices: tuple[HeldDevice, ...]
+    device_states: tuple[DeviceState, ...]
     node_memory: Mapping[tuple[str, str, str], int]
     container_memory: tuple[HeldMemory, ...]
     claims: tuple[HeldClaim, ...]
@@ -213,7 +228,7 @@ def account_cpus(
 
 def account_devices(
     reading: KubeletReading, anomalies: Counter[str]
-) -> tuple[dict[tuple[str, str, str], int], list[HeldDevice]]:
+) -> tuple[dict[tuple[str, str, str], int], list[HeldDevice], list[DeviceState]]:
     """Device counts per resource, NUMA placement and state; one row per held device."""
     allocatable: dict[tuple[str, str], NumaNodes] = {}
     if reading.allocatable is not None:
@@ -264,7 +279,20 @@ def account_devices(
         for holder, _ in hs
     ]
     rows.sort(key=lambda r: (r.holder, r.resource, r.device_id))
-    return counts, rows
+    per_id = [
+        DeviceState(
+            res,
+            dev,
+            placement((res, dev)),
+            "free"
+            if (res, dev) not in holders
+            else (
+                "allocated_unhealthy" if known and (res, dev) not in allocatable else "allocated"
+            ),
+        )
+        for res, dev in sorted({*allocatable, *holders})
+    ]
+    return counts, rows, per_id
 
 
 def _split(block: MemoryBlock) -> Iterator[tuple[str, int]]:
@@ -342,7 +370,7 @@ def account(reading: KubeletReading, topology: NodeTopology) -> Accounting:
         if not name
     )
     basis, node_cpus, assignments, container_cpus = account_cpus(reading, topology, anomalies)
-    node_devices, container_devices = account_devices(reading, anomalies)
+    node_devices, container_devices, device_states = account_devices(reading, anomalies)
     node_memory, container_memory = account_memory(reading, anomalies)
     return Accounting(
         cpu_basis=basis,
@@ -351,6 +379,7 @@ def account(reading: KubeletReading, topology: NodeTopology) -> Accounting:
         container_cpus=tuple(container_cpus),
         node_devices=MappingProxyType(node_devices),
         container_devices=tuple(container_devices),
+        device_states=tuple(device_states),
         node_memory=MappingProxyType(node_memory),
         container_memory=tuple(container_memory),
         claims=tuple(_claims(reading.pods)),
@@ -367,6 +396,7 @@ __all__ = [
     "MEMORY_STATES",
     "Accounting",
     "CpuAssignment",
+    "DeviceState",
     "HeldClaim",
     "HeldDevice",
     "HeldMemory",

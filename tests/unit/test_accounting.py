@@ -305,3 +305,21 @@ def test_device_states_balance(r: KubeletReading) -> None:
     )
     held_ids = {d.device_id for p in r.pods for c in p.containers for d in c.devices}
     assert total["allocated"] == len(held_ids)
+
+
+def test_device_states_per_id() -> None:
+    """Each device id gets one state: free, allocated, or allocated_unhealthy."""
+    alloc = Allocatable(devices=(DeviceRef(GPU, "g0", (0,)), DeviceRef(GPU, "g1", (0,))))
+    r = reading(
+        (
+            pod("a", ContainerAlloc("c", devices=(DeviceRef(GPU, "g0", (0,)),))),
+            pod("b", ContainerAlloc("c", devices=(DeviceRef(GPU, "g9", (1,)),))),
+        ),
+        alloc,
+    )
+    states = {(s.device_id, s.numa, s.state) for s in account(r, topo()).device_states}
+    assert states == {
+        ("g0", "0", "allocated"),
+        ("g1", "0", "free"),
+        ("g9", "1", "allocated_unhealthy"),
+    }

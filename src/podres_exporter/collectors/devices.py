@@ -31,6 +31,15 @@ class DevicesCollector:
         for (resource, numa, state), n in sorted(acc.node_devices.items()):
             node.add_metric([resource, numa, state], n)
         yield node
+        states = InfoMetricFamily(
+            "podres_node_device",
+            "One series per device id the kubelet reports: free (allocatable, held by nobody), "
+            "allocated, or allocated_unhealthy (held, no longer allocatable).",
+            labels=["resource", "device_id", "numa_node", "state"],
+        )
+        for s in acc.device_states:
+            states.add_metric([s.resource, s.device_id, s.numa, s.state], {})
+        yield states
         info = InfoMetricFamily(
             "podres_container_device",
             "One series per device held by a container.",
