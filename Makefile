@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/podres demo
 
-## test: the whole test suite (needs promtool and prometheus: Debian package prometheus)
+## test: the whole test suite (needs promtool, prometheus and tmux: installed when missing)
 test: $(STAMP) system-deps
 	$(BIN)/pytest
 
@@ -41,9 +41,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench.py
 
 system-deps:
-	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
-	  echo "installing the Debian package prometheus (promtool and the server, used by the tests)"; \
-	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v tmux >/dev/null; then \
+	  echo "installing Debian packages prometheus (promtool and the server) and tmux, used by the tests"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus tmux; \
 	fi
 
 clean:
