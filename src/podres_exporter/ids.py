@@ -37,7 +37,8 @@ _GPU = re.compile(rf"^GPU-({_UUID})$", re.IGNORECASE)
 _MIG = re.compile(rf"^MIG-({_UUID})$", re.IGNORECASE)
 _MIG_LEGACY = re.compile(rf"^MIG-GPU-({_UUID})/(\d+)/(\d+)$", re.IGNORECASE)
 _GKE = re.compile(r"^nvidia(\d+)(?:/(vgpu|gi)(\d+))?$")
-_PCI = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+# Domain (4 hex digits; 5 on VMD domains; NVML prints 8), bus, device (0-0x1f), function.
+_PCI = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([01][0-9a-fA-F])\.([0-7])$")
 _DRM = re.compile(r"^(card\d+)(?:-(\d+))?$")
 _REPLICA = re.compile(r"^(.+)::(\d+)$")
 

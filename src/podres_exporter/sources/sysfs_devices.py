@@ -28,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from podres_exporter.errors import SourceError
+from podres_exporter.ids import normalize_pci as normalize_pci_address
 from podres_exporter.telemetry import (
     DrmCardReading,
     IbPortReading,
@@ -45,7 +46,6 @@ __all__ = ["SELECTED_CLASS_PREFIXES", "normalize_pci_address", "read_devices"]
 SELECTED_CLASS_PREFIXES: tuple[int, ...] = (0x02, 0x03, 0x12)
 _SELECTED_SUBCLASSES: tuple[int, ...] = (0x0C06,)
 
-_PCI_ADDRESS = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
 _CARD = re.compile(r"^card(\d+)$")
 _HWMON = re.compile(r"^hwmon(\d+)$")
 _NET_STATS = (
@@ -58,15 +58,6 @@ _NET_STATS = (
     "rx_dropped",
     "tx_dropped",
 )
-
-
-def normalize_pci_address(address: str) -> str | None:
-    """``"0000:AF:02.1"`` or ``"af:02.1"`` -> ``"0000:af:02.1"``; None when not a PCI address."""
-    match = _PCI_ADDRESS.match(address.strip().lower())
-    if match is None:
-        return None
-    domain, bus, slot, function = match.groups()
-    return f"{(domain or '0000').zfill(4)}:{bus}:{slot}.{function}"
 
 
 # ----------------------------------------------------------------------- file access
