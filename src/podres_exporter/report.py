@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podres_exporter.cpulist import format_cpulist
+from podres_exporter.join import Held
 from podres_exporter.model import MemoryBlock, PodAlloc, numa_label
 from podres_exporter.view import NodeView
 
@@ -77,6 +78,76 @@ def _nest(counts: Any, depth: int) -> dict[str, Any]:
     return root
 
 
+def _holders(held: Held) -> list[str]:
+    return [f"{h.namespace}/{h.pod}/{h.container}" for h in held.holders]
+
+
+def _telemetry(view: NodeView) -> dict[str, Any]:
+    """GPUs, network functions and device-id resolution, with their holders."""
+    j, t = view.joined, view.snapshot.telemetry
+    if j is None or t is None:
+        return {}
+    gpus = []
+    for row in j.gpus:
+        g = row.gpu
+        gpus.append(
+            {
+                "uuid": g.uuid,
+                "index": g.index,
+                "model": g.name,
+                "pci_bus_id": g.pci_bus_id,
+                "numa_node": g.numa_node,
+                "parent_uuid": g.parent_uuid,
+                "healthy": g.healthy,
+                "error": g.error,
+                "holders": _holders(row.held),
+                "utilization_gpu_ratio": g.utilization_gpu_ratio,
+                "memory_used_bytes": g.memory_used_bytes,
+                "memory_total_bytes": g.memory_total_bytes,
+                "power_watts": g.power_watts,
+                "temperature_celsius": g.temperature_celsius,
+                "xid_errors_total": {str(k): v for k, v in sorted(g.xid_errors_total.items())},
+                "processes": len(g.processes),
+            }
+        )
+    return {
+        "sources": {
+            name: {
+                "ok": s.ok,
+                "stale": s.stale,
+                "error": s.error,
+                "duration_s": round(s.duration_s, 4),
+            }
+            for name, s in sorted(t.sources.items())
+        },
+        "nvml_available": t.gpus.available if t.gpus else None,
+        "driver_version": t.gpus.driver_version if t.gpus else None,
+        "gpus": gpus,
+        "network_functions": [
+            {
+                "interface": n.net.interface,
+                "pci_address": n.net.pci_address,
+                "operstate": n.net.operstate,
+                "holders": _holders(n.held),
+            }
+            for n in j.net
+        ],
+        "device_ids": [
+            {
+                "resource": r.resource,
+                "device_id": r.device_id,
+                "kind": r.kind.value,
+                "physical_id": r.physical_id,
+                "matched": r.matched,
+            }
+            for r in j.resolutions
+        ],
+        "numa_misaligned": [
+            f"{h.namespace}/{h.pod}/{h.container}" for h, ok in j.numa_aligned if not ok
+        ],
+    }
+
+
 def to_dict(view: NodeView, *, only: PodAlloc | None = None) -> dict[str, Any]:
     """The whole view: kubelet state, node accounting per NUMA node, and every pod.
 
@@ -116,4 +187,7 @@ def to_dict(view: NodeView, *, only: PodAlloc | None = None) -> dict[str, Any]:
         pods = (only,) if only is not None else reading.pods
         out["pods"] = [_pod(p, numa_of) for p in sorted(pods, key=lambda p: (p.namespace, p.name))]
     out["node"] = node
+    telemetry = _telemetry(view)
+    if telemetry:
+        out["telemetry"] = telemetry
     return out

@@ -25,12 +25,23 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_snapshot_prints_accounting_as_json(make_sim: MakeSim) -> None:
-    """`podres snapshot` prints every pod and the per-NUMA accounting of the sim node."""
+def test_snapshot_prints_accounting_and_telemetry_as_json(make_sim: MakeSim) -> None:
+    """`podres snapshot` prints every pod, the per-NUMA accounting and the telemetry join."""
     sim = make_sim("demo")
+    host = sim.host  # type: ignore[attr-defined]
     proc = run(
-        "snapshot", "--kubelet-socket", str(sim.socket_path), "--path.sysfs", str(sim.sysfs_root)
-    )  # type: ignore[attr-defined]
+        "snapshot",
+        "--kubelet-socket",
+        str(sim.socket_path),
+        "--path.sysfs",
+        str(host.sysfs),
+        "--path.procfs",
+        str(host.procfs),
+        "--path.pod-logs",
+        str(host.pod_logs),
+        "--path.container-logs",
+        str(host.container_logs),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["kubelet"]["up"] is True and data["kubelet"]["api_version"] == "v1"
@@ -43,6 +54,13 @@ def test_snapshot_prints_accounting_as_json(make_sim: MakeSim) -> None:
         == online
     )
     assert "nvidia.com/gpu" in data["node"]["devices"]
+    t = data["telemetry"]
+    # The real NVML library on a machine without an NVIDIA driver: no data, not an error.
+    assert t["nvml_available"] is False and t["sources"]["gpu"]["ok"] is True
+    vfs = {n["interface"]: n["holders"] for n in t["network_functions"]}
+    assert any(h and h[0].startswith("net-func/upf-") for h in vfs.values())
+    kinds = {d["kind"] for d in t["device_ids"]}
+    assert {"gpu", "mig", "pci", "unknown"} <= kinds
 
 
 def test_snapshot_one_pod(make_sim: MakeSim) -> None:

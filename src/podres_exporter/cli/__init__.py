@@ -18,7 +18,8 @@ from podres_exporter.settings import BY_FLAG, OPTIONS, Settings, build
 
 _SNAPSHOT_FLAGS = (
     "--kubelet-socket", "--kubelet-max-message-size", "--kubelet-timeout", "--path.sysfs",
-    "--log-level", "--log-format",
+    "--path.procfs", "--path.pod-logs", "--path.container-logs", "--source-timeout",
+    "--gpu-resources", "--log-level", "--log-format",
 )  # fmt: skip
 _DEMO_FLAGS = ("--listen-address", "--poll-interval", "--log-level", "--log-format")
 
@@ -77,6 +78,12 @@ def parser() -> argparse.ArgumentParser:
     snap.add_argument(
         "--pod", metavar="NAMESPACE/NAME", help="only this pod (uses Get where served)"
     )
+    snap.add_argument(
+        "--no-telemetry",
+        dest="telemetry",
+        action="store_false",
+        help="read the kubelet only, not NVML, sysfs devices and procfs",
+    )
     return top
 
 
@@ -114,7 +121,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             return run_demo(settings, scenario=ns.scenario, churn=ns.churn_interval)
         from podres_exporter.cli.snapshot import run_snapshot
 
-        return run_snapshot(settings, pod=ns.pod)
+        return run_snapshot(settings, pod=ns.pod, telemetry=ns.telemetry)
     except ConfigError as err:
         print(f"podres {ns.command}: error: {err}", file=sys.stderr)
         return 2

@@ -5,17 +5,34 @@ from __future__ import annotations
 import json
 import sys
 
-from podres_exporter import logconf
+from podres_exporter import collectors, logconf
+from podres_exporter.cli.export import build_sources, default_gpu_backend
 from podres_exporter.errors import ConfigError, KubeletError, KubeletUnavailable, SourceError
 from podres_exporter.model import NodeTopology, Snapshot
+from podres_exporter.poller import SourceRunner
 from podres_exporter.report import to_dict
 from podres_exporter.settings import Settings
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.sysfs import read_topology
+from podres_exporter.telemetry import Telemetry
 from podres_exporter.view import NodeView
 
 
-def run_snapshot(settings: Settings, *, pod: str | None = None) -> int:
+def read_telemetry(settings: Settings) -> Telemetry:
+    """Every telemetry source once (NVML on the real driver, sysfs, procfs)."""
+    backend = default_gpu_backend()
+    runner = SourceRunner(
+        build_sources(settings, collectors.ALL, backend), timeout_s=settings.source_timeout_s
+    )
+    try:
+        runner.start()
+        return runner.collect()
+    finally:
+        runner.close()
+        backend.close()
+
+
+def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool = True) -> int:
     """Read the kubelet once and print the result; 1 when the kubelet cannot be read."""
     logconf.configure(settings.log_level, json=settings.log_format == "json")
     if pod is not None and pod.count("/") != 1:
@@ -57,7 +74,9 @@ def run_snapshot(settings: Settings, *, pod: str | None = None) -> int:
         reading=reading,
         kubelet_up=True,
         stats=client.stats(),
+        telemetry=read_telemetry(settings) if telemetry else None,
     )
-    json.dump(to_dict(NodeView.of(snap), only=found), sys.stdout, indent=2)
+    view = NodeView.of(snap, gpu_resources=settings.gpu_resources)
+    json.dump(to_dict(view, only=found), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
