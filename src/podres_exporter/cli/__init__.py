@@ -1,4 +1,4 @@
-"""The ``podres`` command: ``export`` (the daemon), ``demo`` and ``snapshot``.
+"""The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot`` and ``plugin``.
 
 Exit status: 0 on success, 1 when the work failed (the kubelet could not be
 read), 2 on a usage or configuration error; the message names what to fix.
@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podres_exporter import __version__, collectors
+from podres_exporter.deviceplugin.main import add_plugin_parser
 from podres_exporter.errors import ConfigError
 from podres_exporter.settings import BY_FLAG, OPTIONS, Settings, build
 
@@ -84,6 +85,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_false",
         help="read the kubelet only, not NVML, sysfs devices and procfs",
     )
+    add_plugin_parser(sub)
     return top
 
 
@@ -109,6 +111,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     """Entry point of ``podres``; returns the exit status."""
     ns = parser().parse_args(argv)
     environ = os.environ if env is None else env
+    if ns.command == "plugin":  # its own settings and config file
+        from podres_exporter.deviceplugin.main import run_plugin
+
+        return run_plugin(ns, environ)
     try:
         settings = settings_from(ns, environ)
         if ns.command == "export":

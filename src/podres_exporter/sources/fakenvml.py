@@ -20,6 +20,8 @@ State is plain, mutable dataclasses in NVML's units (percent, mW, mJ, MHz, KB/s)
     fake.emit_xid("GPU-0f0e...", 79)
     fake.break_gpu("GPU-0f0e...")  # every query on it: NVML_ERROR_GPU_IS_LOST
     fake.set_unsupported("nvmlDeviceGetPcieThroughput")  # on every GPU
+    fake.connect_nvlink("GPU-0f0e...", "GPU-77aa...", links=4)  # 4 active NVLinks
+    fake.set_topology("GPU-0f0e...", "GPU-77aa...", pynvml.NVML_TOPOLOGY_HOSTBRIDGE)
 
 Nothing is random unless asked: :meth:`FakeNvml.step` moves the "animated"
 GPUs (those :meth:`FakeNvml.from_devices` makes) one seeded random-walk step and
@@ -183,6 +185,9 @@ class FakeGpu:
     animated: bool = False
     load: float = 0.0
     max_sm_clock_mhz: int = 1980
+    # One entry per NVLink of the board: the remote end's PCI bus id in NVML's form,
+    # None for an inactive link. Empty: a board without NVLink (NOT_SUPPORTED).
+    nvlinks: list[str | None] = field(default_factory=list)
 
     def add_mig(
         self,
@@ -310,6 +315,7 @@ class FakeNvml:
         self.gpus: list[FakeGpu] = []
         self.now_us = 1_000_000  # the driver's timestamp clock, microseconds
         self._errors: dict[tuple[str, str | None], int] = {}
+        self._topology: dict[frozenset[str], int] = {}  # GPU uuid pair -> NVML_TOPOLOGY_*
         self._hidden: set[str] = set()
         self._event_sets: list[_EventSet] = []
         self._rng = random.Random(seed)
@@ -484,6 +490,19 @@ class FakeNvml:
             return self.gpu(uuid)
         except KeyError:
             return self.mig(uuid)
+
+    def set_topology(self, uuid_a: str, uuid_b: str, level: int) -> None:
+        """``nvmlDeviceGetTopologyCommonAncestor`` of the two GPUs answers ``level``
+        (an ``NVML_TOPOLOGY_*``). Unset pairs: NODE on the same NUMA node, else SYSTEM."""
+        for uuid in (uuid_a, uuid_b):
+            self.gpu(uuid)  # KeyError for an unknown GPU
+        self._topology[frozenset((uuid_a, uuid_b))] = level
+
+    def connect_nvlink(self, uuid_a: str, uuid_b: str, links: int = 1) -> None:
+        """Add ``links`` active NVLinks between two GPUs (on both ends)."""
+        a, b = self.gpu(uuid_a), self.gpu(uuid_b)
+        a.nvlinks.extend([b.pci_bus_id] * links)
+        b.nvlinks.extend([a.pci_bus_id] * links)
 
     def load_driver(self) -> None:
         """The driver is there now: the next ``nvmlInit`` succeeds."""
@@ -735,6 +754,42 @@ class FakeNvml:
         if gpu.mig_mode is None:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return [gpu.mig_mode, gpu.mig_mode]
+
+    # ------------------------------------------------------------------ topology
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: object, device2: object) -> int:
+        a = self._gpu("nvmlDeviceGetTopologyCommonAncestor", device1)
+        b = self._gpu("nvmlDeviceGetTopologyCommonAncestor", device2)
+        if a is b:
+            return int(pynvml.NVML_TOPOLOGY_INTERNAL)
+        level = self._topology.get(frozenset((a.uuid, b.uuid)))
+        if level is not None:
+            return level
+        if a.numa_node is not None and a.numa_node == b.numa_node:
+            return int(pynvml.NVML_TOPOLOGY_NODE)
+        return int(pynvml.NVML_TOPOLOGY_SYSTEM)
+
+    def nvmlDeviceGetNvLinkState(self, device: object, link: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetNvLinkState", device)
+        if not gpu.nvlinks:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < len(gpu.nvlinks):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        active = gpu.nvlinks[link] is not None
+        return int(pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED)
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: object, link: int) -> Any:
+        gpu = self._gpu("nvmlDeviceGetNvLinkRemotePciInfo", device)
+        if not gpu.nvlinks:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < len(gpu.nvlinks):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        remote = gpu.nvlinks[link]
+        if remote is None:
+            raise _err(pynvml.NVML_ERROR_NOT_FOUND)  # an inactive link has no remote end
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = remote.encode()
+        return info
 
     # ------------------------------------------------------------------- metrics
 

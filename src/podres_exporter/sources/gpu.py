@@ -54,6 +54,14 @@ so per-pod sums of power or energy cannot count a board twice.
 
 ``nvmlDeviceGetPcieThroughput`` samples for about 20 ms in the driver, twice per
 GPU, so a read of 8 GPUs takes a few hundred milliseconds.
+
+Topology (:meth:`NvmlBackend.topology`, asked separately from ``read``, e.g. by the
+device plugin to place multi-GPU allocations): for each pair of whole GPUs, NVML's
+common-ancestor level (``nvmlDeviceGetTopologyCommonAncestor``: INTERNAL 0, SINGLE
+10, MULTIPLE 20, HOSTBRIDGE 30, NODE 40, SYSTEM 50; lower is closer), replaced by
+minus the number of active NVLinks between them where there are any
+(``nvmlDeviceGetNvLinkState`` and ``nvmlDeviceGetNvLinkRemotePciInfo`` per link),
+so an NVLink pair is closer than any PCIe path and more links are closer still.
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ __all__ = [
     "DEFAULT_INIT_RETRY_S",
     "NVML_STRUCTS",
     "GpuBackend",
+    "GpuTopology",
     "NvmlBackend",
     "open_nvml_backend",
     "pci_bus_id_from_nvml",
@@ -180,6 +189,9 @@ NVML_STRUCTS: Final[Mapping[type, str]] = MappingProxyType(
 
 
 # ------------------------------------------------------------------------ public
+
+GpuTopology = Mapping[tuple[str, str], int]
+"""``{(uuid_a, uuid_b): distance}`` for GPU pairs, both orders; lower is closer (see above)."""
 
 
 class GpuBackend(Protocol):
@@ -407,6 +419,20 @@ class NvmlBackend:
             self._closed = True
             self._teardown()
 
+    def topology(self) -> GpuTopology:
+        """How close each pair of whole GPUs is (see the module docstring); never raises.
+
+        Empty when NVML is unavailable; a pair NVML cannot place is left out.
+        """
+        with self._lock:
+            try:
+                if self._closed or not self._try_init():
+                    return MappingProxyType({})
+                return self._topology()
+            except Exception as err:  # noqa: BLE001 - like read(): report, never raise
+                log.warning("gpu_topology_failed", error=repr(err))
+                return MappingProxyType({})
+
     # ----------------------------------------------------------- init and teardown
 
     def _try_init(self) -> bool:
@@ -534,6 +560,65 @@ class NvmlBackend:
             driver_version=self._driver_version,
             gpus=tuple(readings),
         )
+
+    def _topology(self) -> GpuTopology:
+        nvml = self._nvml
+        gpus: list[tuple[str, Any, str | None]] = []  # (uuid, handle, PCI address)
+        for index in range(self._get_int(nvml.nvmlDeviceGetCount) or 0):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                pci: _PciInfo | None = self._get(nvml.nvmlDeviceGetPciInfo, handle)
+            except (self._error, _DeviceFailed):
+                continue  # a lost GPU has no place in the topology
+            gpus.append((uuid, handle, None if pci is None else pci_bus_id_from_nvml(pci.busId)))
+        by_address = {address: uuid for uuid, _, address in gpus if address is not None}
+        out: dict[tuple[str, str], int] = {}
+        for i, (uuid_a, handle_a, _) in enumerate(gpus):
+            for uuid_b, handle_b, _ in gpus[i + 1 :]:
+                try:
+                    level = self._get_int(
+                        nvml.nvmlDeviceGetTopologyCommonAncestor, handle_a, handle_b
+                    )
+                except _DeviceFailed:
+                    continue
+                if level is not None:
+                    out[(uuid_a, uuid_b)] = out[(uuid_b, uuid_a)] = level
+        for uuid_a, handle_a, _ in gpus:
+            try:
+                peers = self._nvlink_peers(handle_a)
+            except _DeviceFailed:
+                continue
+            for address, links in peers.items():
+                peer = by_address.get(address)
+                if peer is not None and peer != uuid_a:
+                    out[(uuid_a, peer)] = out[(peer, uuid_a)] = -links
+        return MappingProxyType(out)
+
+    def _nvlink_peers(self, handle: Any) -> dict[str, int]:
+        """PCI address of each NVLink peer -> active links to it (empty without NVLink)."""
+        nvml = self._nvml
+        peers: dict[str, int] = {}
+        for link in range(int(nvml.NVML_NVLINK_MAX_LINKS)):
+            try:
+                if int(nvml.nvmlDeviceGetNvLinkState(handle, link)) != nvml.NVML_FEATURE_ENABLED:
+                    continue
+                remote: _PciInfo = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
+            except self._error as err:
+                code = getattr(err, "value", None)
+                if code in self._codes.library_gone:
+                    raise _LibraryGone(f"nvmlDeviceGetNvLinkState: {err}") from err
+                if code in self._codes.device_fatal:
+                    raise _DeviceFailed(f"nvmlDeviceGetNvLinkState: {err}") from err
+                if code == nvml.NVML_ERROR_NOT_SUPPORTED:
+                    break  # a board without NVLink
+                continue  # INVALID_ARGUMENT: no such link on this board
+            except self._mismatch:
+                break
+            address = pci_bus_id_from_nvml(remote.busId)
+            if address is not None:
+                peers[address] = peers.get(address, 0) + 1
+        return peers
 
     def _get(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None when NVML says the value is not there.

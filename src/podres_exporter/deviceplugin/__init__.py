@@ -1,0 +1,17 @@
+"""The kubelet device plugin (API ``v1beta1``): advertises the hardware the exporter monitors.
+
+A separate process (``podres plugin`` / ``python -m podres_exporter.deviceplugin``)
+sharing the model, the device-id rules and the hardware sources with the exporter,
+never its collectors, poller or HTTP code:
+
+* ``config``: the resource file (``[[resource]]`` tables and ``[plugin]``);
+* ``inventory``: pure; advertised devices per resource, health rules that recover;
+* ``allocate``: pure; Allocate content and preferred allocation;
+* ``monitor``: the hardware I/O edge and the periodic health loop;
+* ``servicer``: the ``DevicePlugin`` gRPC service, thin glue;
+* ``lifecycle``: serve, self-dial, register, re-register on kubelet restart;
+* ``metrics``: the plugin's own metrics and ``/metrics``, ``/healthz``, ``/readyz``;
+* ``main``: settings, ``add_plugin_parser`` / ``run_plugin`` and the composition root.
+
+Only ``servicer`` and ``lifecycle`` import gRPC or the generated protocol code.
+"""

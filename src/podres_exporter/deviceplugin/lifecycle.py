@@ -1,0 +1,512 @@
+"""Serve, prove, register, watch: the life of each resource's plugin socket.
+
+For each resource, on its own thread (:class:`ResourcePlugin`):
+
+1. serve ``DevicePlugin`` on a socket of its own in the device-plugins directory,
+   named ``podres-<resource>-<random>.sock`` so two instances (a rolling update)
+   never share one; the gRPC pool has room for the kubelet's long-lived
+   ListAndWatch stream plus concurrent Allocate calls;
+2. dial that socket and call ``GetDevicePluginOptions``: it answers before the
+   kubelet is told about it;
+3. ``Register`` with ``<dir>/kubelet.sock`` (version ``v1beta1``, the socket's file
+   name, the resource name, the same options GetDevicePluginOptions returns). The
+   kubelet dials back during the call; the server answers on its own threads.
+   Refused, or no kubelet: retried with exponential backoff (with jitter), forever.
+4. watch: :class:`KubeletWatch` polls ``kubelet.sock``'s identity (device and
+   inode) every 100 ms; when the kubelet re-creates it (a restart), or when
+   our own socket vanishes (the kubelet deletes plugin sockets at start), a fresh
+   socket is served and registered again, in well under 2 s. Allocations live in
+   the kubelet's checkpoint: nothing is lost.
+
+:meth:`PluginManager.stop` ends the streams, stops the servers with a short grace
+and removes the sockets. gRPC errors become :class:`RegistrationError` here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+import structlog
+
+from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
+from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from podres_exporter.deviceplugin.config import ResourceConfig
+from podres_exporter.deviceplugin.metrics import PluginMetrics
+from podres_exporter.deviceplugin.monitor import Board
+from podres_exporter.deviceplugin.servicer import DevicePluginServicer, plugin_options
+from podres_exporter.errors import PodresError
+
+__all__ = [
+    "API_VERSION",
+    "KUBELET_SOCKET",
+    "KubeletWatch",
+    "PluginManager",
+    "RegistrationError",
+    "ResourcePlugin",
+    "SocketIdentity",
+    "socket_identity",
+]
+
+log = structlog.get_logger(__name__)
+
+API_VERSION: Final = "v1beta1"
+KUBELET_SOCKET: Final = "kubelet.sock"
+# A unix socket path longer than this does not fit sockaddr_un on Linux.
+_MAX_SOCKET_PATH: Final = 107
+
+SocketIdentity = tuple[int, int]
+"""(device, inode) of a socket file. A re-created file could get the old inode
+number back; the kubelet also deletes every plugin socket when it starts, so the
+plugin sees that restart by its own socket vanishing."""
+
+
+class RegistrationError(PodresError):
+    """The kubelet refused the registration or could not be reached."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def socket_identity(path: str) -> SocketIdentity | None:
+    """The identity of the file at ``path``, or None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+# -------------------------------------------------------------------- kubelet watch
+
+
+class KubeletWatch:
+    """Polls ``kubelet.sock`` every ``poll_s``; counts re-creations; wakes waiters."""
+
+    def __init__(self, path: str, metrics: PluginMetrics, *, poll_s: float = 0.1) -> None:
+        self.path = path
+        self._metrics = metrics
+        self._poll_s = poll_s
+        self._cond = threading.Condition()
+        self._identity = socket_identity(path)
+        self._last_present = self._identity
+        self._generation = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def identity(self) -> SocketIdentity | None:
+        with self._cond:
+            return self._identity
+
+    @property
+    def generation(self) -> int:
+        with self._cond:
+            return self._generation
+
+    def poll(self) -> None:
+        """Look at the socket once (the thread does this every ``poll_s``)."""
+        now = socket_identity(self.path)
+        with self._cond:
+            if now == self._identity:
+                return
+            restarted = now is not None and self._last_present not in (None, now)
+            self._identity = now
+            if now is not None:
+                self._last_present = now
+            self._generation += 1
+            self._cond.notify_all()
+        if restarted:
+            self._metrics.kubelet_restart()
+            log.info("kubelet_restarted", socket=self.path)
+        elif now is None:
+            log.info("kubelet_socket_gone", socket=self.path)
+        else:
+            log.info("kubelet_socket_appeared", socket=self.path)
+
+    def wait(self, generation: int, timeout: float) -> None:
+        """Block until the generation moves past ``generation``, or ``timeout``."""
+        with self._cond:
+            if self._generation == generation and not self._stop.is_set():
+                self._cond.wait(timeout)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="podres-kubelet-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            self.poll()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+# ------------------------------------------------------------------ one resource
+
+
+@dataclass(slots=True)
+class _Served:
+    """A running gRPC server on one socket file."""
+
+    server: grpc.Server
+    executor: ThreadPoolExecutor
+    servicer: DevicePluginServicer
+    path: str
+    identity: SocketIdentity | None
+
+    @property
+    def endpoint(self) -> str:
+        return os.path.basename(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Timeouts and backoff of the lifecycle, in seconds.
+
+    ``register_timeout_s`` must outlast the kubelet's 10 s dial back; ``grace_s`` is
+    how long in-flight calls get at shutdown (well inside a pod's grace period).
+    """
+
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 5.0
+    register_timeout_s: float = 15.0
+    self_dial_timeout_s: float = 5.0
+    grace_s: float = 1.0
+    tick_s: float = 0.1
+
+
+class ResourcePlugin:
+    """One resource's plugin: serve, self-dial, register, re-register; its own thread."""
+
+    def __init__(
+        self,
+        resource: ResourceConfig,
+        board: Board,
+        metrics: PluginMetrics,
+        watch: KubeletWatch,
+        *,
+        plugin_dir: str,
+        recheck: Callable[[], None] | None = None,
+        timing: Timing = Timing(),
+        max_workers: int = 16,
+    ) -> None:
+        self.resource = resource
+        self._board = board
+        self._metrics = metrics
+        self._watch = watch
+        self._dir = plugin_dir
+        self._recheck = recheck
+        self._timing = timing
+        self._max_workers = max_workers
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._served: _Served | None = None
+        self._registered_with: SocketIdentity | None = None
+        self._thread: threading.Thread | None = None
+        self._dir_missing_logged = False
+        self._serve_retry_at = 0.0  # after a failed serve, not before this (monotonic)
+        self._serve_backoff = timing.backoff_initial_s
+        self.registrations = 0
+
+    # -- state, for tests and /readyz
+
+    @property
+    def socket_path(self) -> str | None:
+        with self._lock:
+            return None if self._served is None else self._served.path
+
+    @property
+    def registered(self) -> bool:
+        with self._lock:
+            return self._registered_with is not None
+
+    # -- thread
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"podres-plugin-{self.resource.slug}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, end the streams, stop the server, remove the socket."""
+        self._stop.set()
+        if self._thread is not None:  # a Register in flight is left to its deadline
+            self._thread.join(timeout=self._timing.grace_s + 1)
+        with self._lock:
+            served, self._served = self._served, None
+            self._registered_with = None
+        if served is not None:
+            self._retire(served)
+        self._metrics.set_registered(self.resource.name, False)
+
+    def _run(self) -> None:
+        backoff = self._timing.backoff_initial_s
+        next_attempt = 0.0
+        seen_kubelet = self._watch.identity
+        while not self._stop.is_set():
+            generation = self._watch.generation
+            kubelet = self._watch.identity
+            try:
+                if kubelet != seen_kubelet:  # a new kubelet: serve and register at once
+                    seen_kubelet = kubelet
+                    backoff, next_attempt = self._timing.backoff_initial_s, 0.0
+                    self._serve_retry_at, self._serve_backoff = 0.0, backoff
+                if self._ensure_served(kubelet):
+                    backoff, next_attempt = self._timing.backoff_initial_s, 0.0
+                with self._lock:
+                    registered_with = self._registered_with
+                if (
+                    self._served is not None
+                    and registered_with is None
+                    and kubelet is not None
+                    and time.monotonic() >= next_attempt
+                ):
+                    if self._register(kubelet):
+                        backoff = self._timing.backoff_initial_s
+                    else:
+                        next_attempt = time.monotonic() + backoff * random.uniform(0.8, 1.2)
+                        backoff = min(backoff * 2, self._timing.backoff_max_s)
+            except Exception as err:  # noqa: BLE001 - never crash: log, back off, go on
+                log.error("plugin_loop_error", resource=self.resource.name, error=repr(err))
+                next_attempt = time.monotonic() + backoff
+                backoff = min(backoff * 2, self._timing.backoff_max_s)
+            self._watch.wait(generation, self._timing.tick_s)
+
+    def _ensure_served(self, kubelet: SocketIdentity | None) -> bool:
+        """Serve a fresh socket when there is none, ours vanished, or the kubelet we
+        registered with was replaced. True when a new socket is being served."""
+        with self._lock:
+            served, registered_with = self._served, self._registered_with
+        reason: str | None = None
+        if served is None:
+            reason = "start"
+        elif socket_identity(served.path) != served.identity:
+            reason = "socket_vanished"
+            log.warning("plugin_socket_vanished", resource=self.resource.name, socket=served.path)
+        elif registered_with is not None and kubelet is not None and kubelet != registered_with:
+            reason = "kubelet_restarted"
+        if reason is None or (reason == "start" and time.monotonic() < self._serve_retry_at):
+            return False
+        fresh = self._serve()
+        if fresh is None:  # no directory, cannot bind, no answer: try again later
+            self._serve_retry_at = time.monotonic() + self._serve_backoff
+            self._serve_backoff = min(self._serve_backoff * 2, self._timing.backoff_max_s)
+        else:
+            self._serve_backoff = self._timing.backoff_initial_s
+        with self._lock:
+            if self._stop.is_set():  # stop() ran meanwhile and owns the old one
+                old, fresh = fresh, None
+            else:
+                old, self._served = self._served, fresh
+            self._registered_with = None
+        self._metrics.set_registered(self.resource.name, False)
+        if old is not None:
+            self._retire(old)
+        if fresh is not None:
+            log.info(
+                "plugin_serving",
+                resource=self.resource.name,
+                socket=fresh.path,
+                reason=reason,
+            )
+        return fresh is not None
+
+    # -- serving
+
+    def _serve(self) -> _Served | None:
+        """A new server on a new socket that has answered our own call; None on failure."""
+        if not os.path.isdir(self._dir):
+            if not self._dir_missing_logged:
+                self._dir_missing_logged = True
+                log.warning("device_plugin_dir_missing", directory=self._dir)
+            return None
+        self._dir_missing_logged = False
+        name = f"podres-{self.resource.slug[:40]}-{secrets.token_hex(4)}.sock"
+        path = os.path.join(os.path.abspath(self._dir), name)
+        if len(path) > _MAX_SOCKET_PATH:
+            log.error(
+                "socket_path_too_long",
+                resource=self.resource.name,
+                socket=path,
+                limit=_MAX_SOCKET_PATH,
+            )
+            return None
+        executor = ThreadPoolExecutor(
+            max_workers=self._max_workers, thread_name_prefix=f"podres-dp-{self.resource.slug}"
+        )
+        server = grpc.server(executor)
+        servicer = DevicePluginServicer(
+            self.resource, self._board, self._metrics, recheck=self._recheck
+        )
+        pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        try:
+            port = server.add_insecure_port(f"unix://{path}")
+        except RuntimeError as err:
+            port = 0
+            log.error("plugin_bind_failed", socket=path, error=str(err))
+        if port == 0:
+            executor.shutdown(wait=False)
+            return None
+        server.start()
+        served = _Served(server, executor, servicer, path, socket_identity(path))
+        try:
+            self._self_dial(path)
+        except grpc.RpcError as err:
+            log.error(
+                "plugin_self_dial_failed",
+                resource=self.resource.name,
+                socket=path,
+                error=_rpc_text(err),
+            )
+            self._retire(served)
+            return None
+        return served
+
+    def _self_dial(self, path: str) -> None:
+        with grpc.insecure_channel(
+            f"unix://{path}", options=[("grpc.use_local_subchannel_pool", 1)]
+        ) as channel:
+            stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+            stub.GetDevicePluginOptions(
+                pb.Empty(), timeout=self._timing.self_dial_timeout_s, wait_for_ready=True
+            )
+
+    def _retire(self, served: _Served) -> None:
+        """End the streams, stop the server (short grace), remove the socket file."""
+        served.servicer.close()
+        self._board.poke()
+        served.server.stop(self._timing.grace_s).wait(self._timing.grace_s + 1)
+        served.executor.shutdown(wait=False, cancel_futures=True)
+        if served.identity is not None and socket_identity(served.path) == served.identity:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(served.path)
+
+    # -- registering
+
+    def _register(self, kubelet: SocketIdentity) -> bool:
+        with self._lock:
+            served = self._served
+        if served is None:
+            return False
+        name = self.resource.name
+        try:
+            self._call_register(served.endpoint)
+        except RegistrationError as err:
+            self._metrics.registration(name, ok=False)
+            log.warning(
+                "registration_failed",
+                resource=name,
+                endpoint=served.endpoint,
+                code=err.code,
+                error=str(err),
+            )
+            return False
+        with self._lock:
+            if self._served is served:
+                self._registered_with = kubelet
+        self.registrations += 1
+        self._metrics.registration(name, ok=True)
+        self._metrics.set_registered(name, True)
+        log.info("plugin_registered", resource=name, endpoint=served.endpoint)
+        return True
+
+    def _call_register(self, endpoint: str) -> None:
+        kubelet_path = os.path.join(os.path.abspath(self._dir), KUBELET_SOCKET)
+        if not _is_socket(kubelet_path):
+            raise RegistrationError(f"no kubelet socket at {kubelet_path}", code="UNAVAILABLE")
+        request = pb.RegisterRequest(
+            version=API_VERSION,
+            endpoint=endpoint,
+            resource_name=self.resource.name,
+            options=plugin_options(self.resource),
+        )
+        with grpc.insecure_channel(
+            f"unix://{kubelet_path}", options=[("grpc.use_local_subchannel_pool", 1)]
+        ) as channel:
+            stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                stub.Register(request, timeout=self._timing.register_timeout_s)
+            except grpc.RpcError as err:
+                code = err.code().name if isinstance(err, grpc.Call) else "UNKNOWN"
+                raise RegistrationError(
+                    f"Register with {kubelet_path}: {_rpc_text(err)}", code=code
+                ) from err
+
+
+def _rpc_text(err: grpc.RpcError) -> str:
+    if isinstance(err, grpc.Call):
+        return f"{err.code().name}: {err.details()}"
+    return str(err)
+
+
+# ------------------------------------------------------------------------ all of it
+
+
+class PluginManager:
+    """Every resource's plugin and the kubelet watch."""
+
+    def __init__(
+        self,
+        resources: Iterable[ResourceConfig],
+        boards: Mapping[str, Board],
+        metrics: PluginMetrics,
+        *,
+        plugin_dir: str,
+        recheck: Callable[[], None] | None = None,
+        timing: Timing = Timing(),
+        poll_s: float = 0.1,
+    ) -> None:
+        self.watch = KubeletWatch(os.path.join(plugin_dir, KUBELET_SOCKET), metrics, poll_s=poll_s)
+        self.plugins = {
+            r.name: ResourcePlugin(
+                r,
+                boards[r.name],
+                metrics,
+                self.watch,
+                plugin_dir=plugin_dir,
+                recheck=recheck,
+                timing=timing,
+            )
+            for r in resources
+        }
+
+    def start(self) -> None:
+        self.watch.start()
+        for plugin in self.plugins.values():
+            plugin.start()
+
+    def stop(self) -> None:
+        """Stop every plugin (sockets removed) and the watch; returns within seconds."""
+        threads = [
+            threading.Thread(target=p.stop, name=f"stop-{p.resource.slug}")
+            for p in self.plugins.values()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.watch.stop()

@@ -1,0 +1,337 @@
+"""``podres plugin``: the device plugin's settings and composition root.
+
+Precedence as everywhere in the project: flags > environment (``PODRES_*``, the
+flag upper-cased with ``.`` and ``-`` as ``_``) > the resource file's ``[plugin]``
+table (for ``--health-interval`` / ``--xid-unhealthy-for``) > defaults.
+
+Exit status: 0 after SIGTERM / SIGINT (sockets removed), 2 on a bad flag or
+resource file (the message names the flag or the key), 1 when the plugin cannot
+start for another reason (no NVML bindings installed for an nvml resource).
+
+This module imports neither gRPC nor the hardware sources at import time, so the
+CLI can build its parser cheaply; :func:`build_plugin` imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from podres_exporter import __version__, logconf
+from podres_exporter.deviceplugin.config import PluginConfig, load_config
+from podres_exporter.errors import ConfigError, PodresError
+from podres_exporter.settings import (
+    Option,
+    parse_duration,
+    parse_listen_address,
+    parse_log_format,
+    parse_log_level,
+    parse_path,
+)
+
+if TYPE_CHECKING:
+    from podres_exporter.deviceplugin.lifecycle import PluginManager, Timing
+    from podres_exporter.deviceplugin.metrics import MetricsServer, PluginMetrics
+    from podres_exporter.deviceplugin.monitor import Monitor
+    from podres_exporter.sources.gpu import GpuBackend
+
+__all__ = [
+    "DEFAULT_DEVICE_PLUGIN_DIR",
+    "DEFAULT_LISTEN",
+    "PLUGIN_OPTIONS",
+    "DevicePlugin",
+    "PluginSettings",
+    "add_plugin_arguments",
+    "add_plugin_parser",
+    "build_plugin",
+    "plugin_settings",
+    "run_plugin",
+    "stop_on_signals",
+]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_LISTEN = ":9843"
+CONFIG_ENV = "PODRES_CONFIG"
+
+PLUGIN_OPTIONS: tuple[Option, ...] = (
+    Option("--device-plugin-dir", "device_plugin_dir", parse_path, DEFAULT_DEVICE_PLUGIN_DIR,
+           "The kubelet's device-plugins directory: kubelet.sock is there, and the plugin's own "
+           "sockets go there. Mount the DIRECTORY: the kubelet re-creates its socket."),
+    Option("--listen-address", "listen_address", parse_listen_address, DEFAULT_LISTEN,
+           "HOST:PORT for the plugin's /metrics, /healthz and /readyz (:PORT: every interface)."),
+    Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
+           "Root of sysfs (the host's /sys, e.g. /host/sys): PCI functions and interfaces."),
+    Option("--path.dev", "path_dev", parse_path, "/dev",
+           "Where the plugin sees the host's /dev (e.g. /host/dev) for dev rules; containers "
+           "are always given the host's /dev paths."),
+    Option("--health-interval", "health_interval_s", parse_duration, None,
+           "Time between two health checks (re-discovery); overrides [plugin] health_interval "
+           "(default 500ms). A change reaches the kubelet at the next check."),
+    Option("--xid-unhealthy-for", "xid_unhealthy_for_s", parse_duration, None,
+           "How long a GPU stays Unhealthy after a critical XID; overrides [plugin] "
+           "xid_unhealthy_for (default 5m)."),
+    Option("--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."),
+    Option("--log-format", "log_format", parse_log_format, "auto",
+           "auto (JSON unless stderr is a terminal), json or console."),
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSettings:
+    """Every setting of the device plugin, parsed. See :data:`PLUGIN_OPTIONS`.
+
+    ``health_interval_s`` / ``xid_unhealthy_for_s`` None: the resource file decides.
+    """
+
+    config_path: str
+    device_plugin_dir: str = DEFAULT_DEVICE_PLUGIN_DIR
+    listen_address: tuple[str, int] = ("0.0.0.0", 9843)  # noqa: S104 - the documented default
+    path_sysfs: str = "/sys"
+    path_dev: str = "/dev"
+    health_interval_s: float | None = None
+    xid_unhealthy_for_s: float | None = None
+    log_level: str = "info"
+    log_format: str = "auto"
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_plugin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the plugin's flags to ``parser`` (a sub-parser or a top-level one)."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=f"the resource file (TOML, [[resource]] tables); required (or env {CONFIG_ENV})",
+    )
+    for opt in PLUGIN_OPTIONS:
+        shown = "" if opt.default is None else f" [default {opt.default}]"
+        parser.add_argument(
+            opt.flag,
+            dest=opt.flag,
+            default=None,
+            metavar="VALUE",
+            help=f"{opt.help}{shown} [env {opt.env}]",
+        )
+    return parser
+
+
+def add_plugin_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``plugin`` command to an ``add_subparsers()`` object; returns its parser."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "plugin",
+        help="run the kubelet device plugin (advertises the configured hardware)",
+        description="Kubelet device plugin (API v1beta1) for the resources of --config.",
+    )
+    return add_plugin_arguments(parser)
+
+
+def plugin_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> PluginSettings:
+    """PluginSettings from parsed arguments and the environment; ConfigError names the
+    flag and where the bad value came from."""
+    raw: dict[str, Any] = vars(ns)
+    values: dict[str, Any] = {}
+    for opt in PLUGIN_OPTIONS:
+        if raw.get(opt.flag) is not None:
+            value, origin = raw[opt.flag], f"flag {opt.flag}"
+        elif opt.env in env:
+            value, origin = env[opt.env], f"environment variable {opt.env}"
+        else:
+            values[opt.attr] = None if opt.default is None else opt.parse(opt.default)
+            continue
+        try:
+            values[opt.attr] = opt.parse(value)
+        except ValueError as err:
+            raise ConfigError(f"invalid value for {opt.flag} (from {origin}): {err}") from err
+    config_path = raw.get("config") or env.get(CONFIG_ENV)
+    if not config_path:
+        raise ConfigError(f"--config FILE is required (or the environment variable {CONFIG_ENV})")
+    return PluginSettings(config_path=str(config_path), **values)
+
+
+# ---------------------------------------------------------------------- composition
+
+
+class DevicePlugin:
+    """The running plugin: health loop, one socket per resource, HTTP server."""
+
+    def __init__(
+        self,
+        settings: PluginSettings,
+        config: PluginConfig,
+        *,
+        monitor: Monitor,
+        manager: PluginManager,
+        metrics: PluginMetrics,
+        http: MetricsServer,
+        owned_backend: GpuBackend | None,
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self.monitor = monitor
+        self.manager = manager
+        self.metrics = metrics
+        self.http = http
+        self._owned_backend = owned_backend
+
+    @property
+    def url(self) -> str:
+        return self.http.url
+
+    def start(self) -> None:
+        """First health check (so the first ListAndWatch is complete), then serve."""
+        try:
+            self.monitor.check()
+        except Exception as err:  # noqa: BLE001 - the health loop retries; serve regardless
+            log.error("health_check_failed", error=repr(err))
+        self.monitor.start()
+        self.manager.start()
+        self.http.start()
+        log.info(
+            "plugin_started",
+            version=__version__,
+            resources=[r.name for r in self.config.resources],
+            device_plugin_dir=self.settings.device_plugin_dir,
+            url=self.url,
+            health_interval_s=self.config.health_interval_s,
+        )
+
+    def stop(self, reason: str = "requested") -> None:
+        """Remove the sockets, stop serving and checking; within a few seconds."""
+        self.manager.stop()
+        self.monitor.stop()
+        self.http.stop()
+        if self._owned_backend is not None:
+            self._owned_backend.close()
+        log.info("plugin_stopped", reason=reason)
+
+
+def build_plugin(
+    settings: PluginSettings,
+    config: PluginConfig | None = None,
+    *,
+    gpu_backend: GpuBackend | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    timing: Timing | None = None,
+) -> DevicePlugin:
+    """Compose the plugin. ``gpu_backend``: injected by tests and the demo; by default
+    NVML (``open_nvml_backend``), opened only when a resource uses nvml."""
+    from podres_exporter.deviceplugin.lifecycle import PluginManager, Timing
+    from podres_exporter.deviceplugin.metrics import MetricsServer, PluginMetrics
+    from podres_exporter.deviceplugin.monitor import Discoverer, Monitor
+
+    if config is None:
+        config = load_config(
+            settings.config_path,
+            health_interval_s=settings.health_interval_s,
+            xid_unhealthy_for_s=settings.xid_unhealthy_for_s,
+        )
+    owned: GpuBackend | None = None
+    if gpu_backend is None and config.uses_nvml:
+        from podres_exporter.sources.gpu import open_nvml_backend
+
+        gpu_backend = owned = open_nvml_backend()
+    metrics = PluginMetrics(__version__, (r.name for r in config.resources))
+    discoverer = Discoverer(
+        config,
+        sysfs_root=settings.path_sysfs,
+        dev_root=settings.path_dev,
+        gpu_backend=gpu_backend,
+    )
+    monitor = Monitor(config, discoverer, metrics, clock=clock)
+    manager = PluginManager(
+        config.resources,
+        monitor.boards,
+        metrics,
+        plugin_dir=settings.device_plugin_dir,
+        recheck=monitor.check,
+        timing=timing or Timing(),
+    )
+    try:
+        http = MetricsServer(settings.listen_address, metrics, healthy=monitor.alive)
+    except OSError as err:
+        host, port = settings.listen_address
+        if owned is not None:
+            owned.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} (--listen-address): {err.strerror or err}"
+        ) from err
+    return DevicePlugin(
+        settings,
+        config,
+        monitor=monitor,
+        manager=manager,
+        metrics=metrics,
+        http=http,
+        owned_backend=owned,
+    )
+
+
+@contextlib.contextmanager
+def stop_on_signals(event: threading.Event, reason: list[str]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT set ``event`` and put their name in ``reason[0]``.
+
+    Handlers are installed only on the main thread (elsewhere only ``event`` stops)."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        reason[0] = f"signal {signal.Signals(signum).name}"
+        event.set()
+
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+
+def run_plugin(
+    ns: argparse.Namespace,
+    env: Mapping[str, str],
+    *,
+    gpu_backend: GpuBackend | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run the device plugin until SIGTERM / SIGINT (or ``stop``); the exit status."""
+    try:
+        settings = plugin_settings(ns, env)
+        config = load_config(
+            settings.config_path,
+            health_interval_s=settings.health_interval_s,
+            xid_unhealthy_for_s=settings.xid_unhealthy_for_s,
+        )
+        logconf.configure(
+            settings.log_level,
+            json=None if settings.log_format == "auto" else settings.log_format == "json",
+        )
+        plugin = build_plugin(settings, config, gpu_backend=gpu_backend)
+    except ConfigError as err:
+        sys.stderr.write(f"podres plugin: error: {err}\n")
+        return 2
+    except PodresError as err:
+        sys.stderr.write(f"podres plugin: error: {err}\n")
+        return 1
+    event = stop or threading.Event()
+    reason = ["stop requested"]
+    with stop_on_signals(event, reason):  # before start: a SIGTERM then still cleans up
+        plugin.start()
+        while not event.wait(0.2):
+            pass
+    plugin.stop(reason[0])
+    return 0

@@ -1,0 +1,204 @@
+"""``python -m podres_exporter.deviceplugin`` as a real process: restart, SIGTERM, bad config."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import http_get
+from tests.deviceplugin.support import VF_ADDRESSES, MiniKubelet, write_sysfs
+
+VF = "intel.com/sriov_vf"
+NIC = "example.com/uplink"
+CONFIG = f"""
+[[resource]]
+name = "{VF}"
+cdi = "intel.com/net"
+[resource.discover]
+kind = "pci"
+vendor = "0x8086"
+device = "0x1889"
+driver = "vfio-pci"
+
+[[resource]]
+name = "{NIC}"
+[resource.discover]
+kind = "netdev"
+pattern = "enp175s0f*"
+"""
+
+
+class PluginProcess:
+    """The plugin in a subprocess; its JSON log lines are collected as they come."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "podres_exporter.deviceplugin", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.events: list[dict[str, Any]] = []
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            try:
+                self.events.append(json.loads(line))
+            except ValueError:
+                continue
+
+    def event(self, name: str) -> dict[str, Any] | None:
+        return next((e for e in self.events if e.get("event") == name), None)
+
+    def wait_event(self, name: str, timeout: float = 15.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.event(name)
+            if found is not None:
+                return found
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        pytest.fail(f"no {name} event; output:\n{''.join(self.lines)}")
+
+    def finish(self, timeout: float = 10.0) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code
+
+
+@pytest.fixture
+def plugin_process(
+    sockdir: Path, tmp_path: Path, make_kubelet: Any
+) -> Iterator[tuple[PluginProcess, MiniKubelet]]:
+    """A kubelet, then the plugin process on a devtree sysfs with vfio-pci VFs."""
+    kubelet = make_kubelet()
+    write_sysfs(tmp_path / "sys", vfio=True)
+    config = tmp_path / "plugin.toml"
+    config.write_text(CONFIG)
+    process = PluginProcess(
+        [
+            "--config",
+            str(config),
+            "--device-plugin-dir",
+            str(kubelet.directory),
+            "--listen-address",
+            "127.0.0.1:0",
+            "--path.sysfs",
+            str(tmp_path / "sys"),
+            "--log-format",
+            "json",
+        ]
+    )
+    yield process, kubelet
+    if process.proc.poll() is None:
+        process.proc.kill()
+    process.finish()
+
+
+def test_the_process_survives_a_kubelet_restart_and_re_registers_within_2s(
+    plugin_process: tuple[PluginProcess, MiniKubelet],
+) -> None:
+    """kubelet.sock re-created, plugin sockets deleted: both resources are registered
+    again within 2 s with fresh sockets; Allocate answers on the new socket."""
+    process, kubelet = plugin_process
+    kubelet.wait_for(
+        lambda: kubelet.devices(VF) is not None and kubelet.devices(NIC) is not None, timeout=15
+    )
+    assert [d[0] for d in kubelet.devices(VF) or []] == list(VF_ADDRESSES)
+    assert kubelet.devices(NIC) == [("enp175s0f0", "Healthy", (0,))]
+    before = {r.endpoint for r in kubelet.ok_registrations()}
+    kubelet.restart()
+    restarted = time.monotonic()
+    kubelet.wait_for(
+        lambda: (
+            len(kubelet.ok_registrations()) == 4
+            and kubelet.devices(VF) is not None
+            and kubelet.devices(NIC) is not None
+        ),
+        timeout=5,
+    )
+    assert time.monotonic() - restarted < 2.0
+    after = {r.endpoint for r in kubelet.ok_registrations()[2:]}
+    assert not after & before
+    assert sorted(p.name for p in kubelet.directory.iterdir()) == sorted(["kubelet.sock", *after])
+    from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
+
+    resp = kubelet.plugin_stub(VF).Allocate(
+        pb.AllocateRequest(
+            container_requests=[pb.ContainerAllocateRequest(devices_ids=["0000:af:02.1"])]
+        ),
+        timeout=5,
+    )
+    (container,) = resp.container_responses
+    assert dict(container.envs) == {"PCIDEVICE_INTEL_COM_SRIOV_VF": "0000:af:02.1"}
+    assert [d.host_path for d in container.devices] == ["/dev/vfio/41", "/dev/vfio/vfio"]
+    assert [c.name for c in container.cdi_devices] == ["intel.com/net=0000:af:02.1"]
+    url = process.wait_event("plugin_started")["url"]
+    status, _, body = http_get(url + "/metrics")
+    assert status == 200
+    assert b"podres_plugin_kubelet_restarts_total 1.0" in body
+
+
+def test_sigterm_removes_the_sockets_and_exits_0(
+    plugin_process: tuple[PluginProcess, MiniKubelet],
+) -> None:
+    """SIGTERM: streams end, sockets removed, the log says why, exit status 0."""
+    process, kubelet = plugin_process
+    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2, timeout=15)
+    kubelet.wait_for(lambda: all(s.messages for s in kubelet.streams))
+    assert len(list(kubelet.directory.iterdir())) == 3
+    sent = time.monotonic()
+    process.proc.send_signal(signal.SIGTERM)
+    assert process.finish() == 0
+    assert time.monotonic() - sent < 5.0
+    assert [p.name for p in kubelet.directory.iterdir()] == ["kubelet.sock"]
+    assert (process.event("plugin_stopped") or {}).get("reason") == "signal SIGTERM"
+    kubelet.wait_for(lambda: all(s.ended for s in kubelet.streams), timeout=3)
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "message"),
+    [
+        ('[[resource]]\nname = "kubernetes.io/x"\n', [], "resource[0].name: resource name"),
+        (CONFIG + '\n[plugin]\nhealth_interval = "-1s"\n', [], "plugin.health_interval"),
+        (CONFIG, ["--health-interval", "soon"], "invalid value for --health-interval"),
+        (None, [], "--config FILE is required"),
+    ],
+)
+def test_bad_configuration_exits_2_naming_the_key(
+    tmp_path: Path, config: str | None, args: list[str], message: str
+) -> None:
+    """A bad resource file or flag is reported (naming it) with exit status 2."""
+    argv = list(args)
+    if config is not None:
+        path = tmp_path / "plugin.toml"
+        path.write_text(config)
+        argv += ["--config", str(path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "podres_exporter.deviceplugin", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stderr.startswith("podres plugin: error: ")
