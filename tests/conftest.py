@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from podres_exporter.cli.export import Exporter
@@ -25,6 +26,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="rewrite tests/golden/*.prom from the current output",
     )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """Undo any structlog configuration a test made (a CLI run in-process sets a level)."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot`` and ``plugin``.
+"""The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot``, ``plugin``, ``top``.
 
 Exit status: 0 on success, 1 when the work failed (the kubelet could not be
 read), 2 on a usage or configuration error; the message names what to fix.
@@ -16,6 +16,7 @@ from podres_exporter import __version__, collectors
 from podres_exporter.deviceplugin.main import add_plugin_parser
 from podres_exporter.errors import ConfigError
 from podres_exporter.settings import BY_FLAG, OPTIONS, Settings, build
+from podres_exporter.top.main import add_top_parser
 
 _SNAPSHOT_FLAGS = (
     "--kubelet-socket", "--kubelet-max-message-size", "--kubelet-timeout", "--path.sysfs",
@@ -86,6 +87,7 @@ def parser() -> argparse.ArgumentParser:
         help="read the kubelet only, not NVML, sysfs devices and procfs",
     )
     add_plugin_parser(sub)
+    add_top_parser(sub)
     return top
 
 
@@ -115,6 +117,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         from podres_exporter.deviceplugin.main import run_plugin
 
         return run_plugin(ns, environ)
+    if ns.command == "top":  # its own flags; shares the exporter's kubelet settings
+        from podres_exporter.top.main import run_top
+
+        return run_top(ns, environ)
     try:
         settings = settings_from(ns, environ)
         if ns.command == "export":

@@ -1,0 +1,22 @@
+"""``python -m podres_exporter.top [FLAGS]``: ``podres top`` on its own."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from podres_exporter.top.main import add_top_parser, run_top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``podres top`` flags and run it; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="podres")
+    add_top_parser(parser.add_subparsers(dest="command", required=True))
+    ns = parser.parse_args(["top", *(sys.argv[1:] if argv is None else argv)])
+    return run_top(ns, os.environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,376 @@
+"""The three sources of ``podres top``; each read ends as a :class:`~.rows.Reading`.
+
+- :class:`LocalSource` (the default): the local kubelet socket and the local telemetry,
+  composed exactly as the exporter composes them (``KubeletClient``, ``read_topology``,
+  ``build_sources`` + ``SourceRunner``, ``NodeView.of``), rendered in-process by the
+  exporter's own collectors (``collectors.collect_all``). No exporter needed.
+- :class:`ExporterSource` (``--exporter URL``): one GET of the exporter's ``/metrics``,
+  parsed with ``prometheus_client.parser``.
+- :class:`PrometheusSource` (``--prometheus URL``): ``/api/v1/query`` for each metric
+  top needs, all at one evaluation time; the busy counter as ``rate()``. Every node
+  Prometheus scrapes, or the one ``--node`` names.
+
+Errors become :class:`FetchError` with the exit status the CLI should use: 2 when what
+a flag names cannot be reached or used (a missing socket, permission denied, nothing
+listening, an unreachable URL) and the message names the flag; 1 when the source
+answered but the answer is unusable (an HTTP error, a query error, no podres metrics).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from podres_exporter.errors import (
+    ConfigError,
+    KubeletError,
+    KubeletUnavailable,
+    PodresError,
+    SourceError,
+)
+from podres_exporter.model import KubeletReading, Snapshot
+from podres_exporter.top.rows import (
+    BUSY_COUNTER,
+    BUSY_RATIO,
+    CPU_SOURCE_STAMP,
+    METRICS,
+    Reading,
+    Sample,
+)
+
+if TYPE_CHECKING:
+    from podres_exporter.settings import Settings
+    from podres_exporter.sources.gpu import GpuBackend
+    from podres_exporter.view import NodeView
+
+HTTP_TIMEOUT_S = 5.0
+# The window of rate(podres_cpu_busy_seconds_total[...]) asked of Prometheus: two
+# scrapes fit in it at scrape intervals up to a minute.
+RATE_WINDOW = "2m"
+
+
+class FetchError(PodresError):
+    """A source could not be read. ``exit_code``: 2 (cannot reach what a flag names), 1."""
+
+    def __init__(self, message: str, *, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Source(Protocol):
+    """Where top reads its samples."""
+
+    description: str
+
+    def read(self) -> Reading:
+        """One reading; raises FetchError."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def samples_from_families(families: Iterable[Metric]) -> tuple[Sample, ...]:
+    """Metric families (as collectors yield or the parser returns) as plain samples."""
+    return tuple(
+        Sample(s.name, dict(s.labels), float(s.value)) for fam in families for s in fam.samples
+    )
+
+
+# ---------------------------------------------------------------- local
+
+
+def check_socket(path: str) -> None:
+    """Fail early, naming ``--kubelet-socket``, when the socket is missing or not ours to use."""
+    hint = (
+        "pass --kubelet-socket PATH (or PODRES_KUBELET_SOCKET), "
+        "or read an exporter with --exporter URL"
+    )
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FetchError(
+            f"kubelet socket {path} does not exist (not a Kubernetes node, or the kubelet's "
+            f"pod-resources socket is elsewhere): {hint}",
+            exit_code=2,
+        ) from None
+    except PermissionError:
+        raise FetchError(
+            f"permission denied reaching kubelet socket {path} (it is root-only: run as root): "
+            f"{hint}",
+            exit_code=2,
+        ) from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise FetchError(f"{path} is not a unix socket: {hint}", exit_code=2)
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise FetchError(
+            f"permission denied on kubelet socket {path} (it is root-only: run as root): {hint}",
+            exit_code=2,
+        )
+
+
+class LocalSource:
+    """The local kubelet and telemetry, rendered by the exporter's collectors in-process.
+
+    ``gpu_backend``: NVML by default ("no data" on a node without NVIDIA driver).
+    ``wall_clock`` stamps the readings (the kubelet's, the telemetry's and top's own).
+    A failed kubelet read after the first one keeps the last reading with
+    ``podres_kubelet_up 0``, as the exporter does; the first must succeed.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        node_name: str,
+        gpu_backend: GpuBackend | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        # Deferred: the exporter's machinery (gRPC, the collectors) is for this source only.
+        from podres_exporter import collectors
+        from podres_exporter.cli.export import build_sources, default_gpu_backend
+        from podres_exporter.poller import SourceRunner
+        from podres_exporter.sources.kubelet import KubeletClient
+
+        self.settings = settings
+        self.description = f"kubelet {settings.kubelet_socket}"
+        self.origin = node_name
+        self._wall = wall_clock
+        try:
+            self._enabled = collectors.select(settings.collectors)
+        except KeyError as err:
+            raise ConfigError(f"unknown collector {err.args[0]!r}") from err
+        check_socket(settings.kubelet_socket)
+        if gpu_backend is None and any(c.name == "gpu" for c in self._enabled):
+            gpu_backend = default_gpu_backend()
+        self._gpu_backend = gpu_backend
+        sources = build_sources(settings, self._enabled, gpu_backend)
+        self._runner = (
+            SourceRunner(sources, timeout_s=settings.source_timeout_s, wall_clock=wall_clock)
+            if sources
+            else None
+        )
+        self._client = KubeletClient(
+            settings.kubelet_socket,
+            max_message_bytes=settings.kubelet_max_message_bytes,
+            timeout_s=settings.kubelet_timeout_s,
+            wall_clock=wall_clock,
+        )
+        self._view: NodeView | None = None
+        self._generation = 0
+
+    def read(self) -> Reading:
+        from podres_exporter import __version__
+        from podres_exporter.collectors import RenderContext, collect_all
+        from podres_exporter.sources.sysfs import read_topology
+        from podres_exporter.view import NodeView
+
+        previous = self._view
+        try:
+            topology = read_topology(self.settings.path_sysfs)
+        except SourceError as err:
+            if previous is None:
+                raise FetchError(f"{err} (--path.sysfs)", exit_code=2) from err
+            topology = previous.snapshot.topology
+        if self._runner is not None:
+            self._runner.start()  # the sources run while the kubelet is read
+        error: KubeletError | None = None
+        reading: KubeletReading | None
+        try:
+            reading = self._client.read()
+        except KubeletError as err:
+            error = err
+            reading = previous.snapshot.reading if previous is not None else None
+        telemetry = self._runner.collect() if self._runner is not None else None
+        if reading is None:
+            assert error is not None
+            code = 2 if isinstance(error, KubeletUnavailable) else 1
+            raise FetchError(
+                f"cannot read the kubelet at {self.settings.kubelet_socket} "
+                f"(--kubelet-socket): {error}",
+                exit_code=code,
+            )
+        self._generation += 1
+        now = self._wall()
+        snap = Snapshot(
+            generation=self._generation,
+            taken_at=now,
+            topology=topology,
+            reading=reading,
+            kubelet_up=error is None,
+            kubelet_error=None if error is None else str(error),
+            stats=self._client.stats(),
+            telemetry=telemetry,
+        )
+        view = NodeView.of(snap, previous, gpu_resources=self.settings.gpu_resources)
+        self._view = view
+        families = collect_all(self._enabled, RenderContext(view, __version__))
+        age = Sample("podres_snapshot_age_seconds", {}, max(0.0, now - reading.taken_at))
+        return Reading((*samples_from_families(families), age), now, self.origin)
+
+    def close(self) -> None:
+        self._client.close()
+        if self._runner is not None:
+            self._runner.close()
+        if self._gpu_backend is not None:
+            self._gpu_backend.close()
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+def _get(url: str, what: str, timeout_s: float) -> bytes:
+    """GET ``url``; FetchError naming ``what`` (e.g. ``the exporter at URL (--exporter)``)."""
+    req = urllib.request.Request(url, headers={"Accept": "text/plain, application/json"})  # noqa: S310 - the URL's scheme is checked to be http(s)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
+            body: bytes = resp.read()
+            return body
+    except urllib.error.HTTPError as err:
+        detail = err.read()[:300].decode(errors="replace").strip()
+        raise FetchError(
+            f"{what} answered HTTP {err.code} for {url}: {detail or err.reason}", exit_code=1
+        ) from err
+    except urllib.error.URLError as err:
+        raise FetchError(f"cannot reach {what}: {err.reason}", exit_code=2) from err
+    except (TimeoutError, ConnectionError) as err:
+        raise FetchError(f"cannot reach {what}: {err}", exit_code=2) from err
+
+
+def _http_url(url: str, flag: str) -> urllib.parse.SplitResult:
+    raw = url.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    parts = urllib.parse.urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{flag} {url!r}: expected http://HOST:PORT")
+    return parts
+
+
+def metrics_url(url: str) -> str:
+    """``http://host:9842`` or ``host:9842`` or ``.../metrics`` -> the ``/metrics`` URL."""
+    parts = _http_url(url, "--exporter")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/metrics"):
+        path += "/metrics"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+class ExporterSource:
+    """A running exporter's ``/metrics`` (``--exporter URL``)."""
+
+    def __init__(
+        self, url: str, *, timeout_s: float = HTTP_TIMEOUT_S, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.url = metrics_url(url)
+        self.origin = urllib.parse.urlsplit(self.url).netloc
+        self.description = f"exporter {self.url}"
+        self._timeout = timeout_s
+        self._clock = clock
+
+    def read(self) -> Reading:
+        what = f"the exporter at {self.url} (--exporter)"
+        body = _get(self.url, what, self._timeout)
+        at = self._clock()
+        try:
+            samples = samples_from_families(text_string_to_metric_families(body.decode()))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise FetchError(f"{what} served no Prometheus text: {err}", exit_code=1) from err
+        if not any(s.name.startswith("podres_") for s in samples):
+            raise FetchError(
+                f"{what} serves no podres_ metrics: is it a podres exporter?", exit_code=1
+            )
+        return Reading(samples, at, self.origin)
+
+    def close(self) -> None:
+        pass
+
+
+class PrometheusSource:
+    """Every node a Prometheus server scrapes (``--prometheus URL [--node NAME]``).
+
+    Nodes are told apart by the ``node`` label when the scrape config adds one, else by
+    ``instance``; ``node`` filters on either (an ``instance`` also matches by its host).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        node: str = "",
+        timeout_s: float = HTTP_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        parts = _http_url(url, "--prometheus")
+        path = parts.path.rstrip("/")
+        for suffix in ("/api/v1/query", "/graph"):
+            path = path.removesuffix(suffix)
+        self.base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+        self.node = node
+        self.origin = parts.netloc
+        self.description = f"prometheus {self.base}" + (f" node {node}" if node else "")
+        self._timeout = timeout_s
+        self._clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="podres-top-query")
+
+    def _query(self, promql: str, at: float) -> list[dict[str, Any]]:
+        q = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
+        what = f"Prometheus at {self.base} (--prometheus)"
+        body = _get(f"{self.base}/api/v1/query?{q}", what, self._timeout)
+        try:
+            data = json.loads(body)
+        except ValueError as err:
+            raise FetchError(f"{what} answered no JSON to {promql!r}", exit_code=1) from err
+        if data.get("status") != "success":
+            raise FetchError(f"{what} rejected {promql!r}: {data.get('error')}", exit_code=1)
+        result = data.get("data", {}).get("result", [])
+        return result if isinstance(result, list) else []
+
+    def _wanted(self, labels: dict[str, str]) -> bool:
+        if not self.node:
+            return True
+        instance = labels.get("instance", "")
+        return self.node in (labels.get("node"), instance, instance.rpartition(":")[0])
+
+    def read(self) -> Reading:
+        at = self._clock()
+        queries = {name: name for name in METRICS if name not in (BUSY_COUNTER, CPU_SOURCE_STAMP)}
+        queries[BUSY_RATIO] = f"rate({BUSY_COUNTER}[{RATE_WINDOW}])"
+        results = dict(
+            zip(queries, self._pool.map(partial(self._query, at=at), queries.values()), strict=True)
+        )
+        samples: list[Sample] = []
+        seen: set[str] = set()
+        for name, result in results.items():
+            for item in result:
+                labels = {k: str(v) for k, v in item.get("metric", {}).items() if k != "__name__"}
+                seen.add(labels.get("node") or labels.get("instance", ""))
+                if self._wanted(labels):
+                    samples.append(Sample(name, labels, float(item["value"][1])))
+        if not seen:
+            raise FetchError(
+                f"Prometheus at {self.base} (--prometheus) has no podres metrics: "
+                "does it scrape a podres exporter?",
+                exit_code=1,
+            )
+        if not samples:
+            raise FetchError(
+                f"--node {self.node!r}: no such node in Prometheus at {self.base} "
+                f"(nodes: {', '.join(sorted(seen))})",
+                exit_code=2,
+            )
+        return Reading(tuple(samples), at, self.origin)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,298 @@
+"""``podres top``: the command line, its settings and the one-shot output.
+
+Exit status: 0 on success (``q`` or Ctrl-C in live mode included; 130 for Ctrl-C
+before the live loop runs or during ``--once``); 2 on a usage or
+configuration error, or when what a flag names cannot be reached or used (kubelet
+socket missing or permission denied, nothing listening on it, an exporter or
+Prometheus URL that does not answer): the message names the flag; 1 when the source
+answered but its answer is unusable (an HTTP error, a rejected query, no podres
+metrics, a kubelet error other than UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from podres_exporter import logconf
+from podres_exporter.errors import ConfigError
+from podres_exporter.settings import build as build_settings
+from podres_exporter.settings import parse_duration
+from podres_exporter.top.fetch import (
+    ExporterSource,
+    FetchError,
+    LocalSource,
+    PrometheusSource,
+    Source,
+    check_socket,
+)
+from podres_exporter.top.render import render
+from podres_exporter.top.rows import (
+    ALL_SORT_KEYS,
+    SORT_KEYS,
+    VIEWS,
+    Options,
+    Reading,
+    build,
+    cpu_times_advanced,
+    needs_second_reading,
+    to_json,
+)
+
+OUTPUTS = ("table", "wide", "json")
+DEFAULT_INTERVAL = "2s"
+# --once: the least time between the two readings behind the busy shares.
+BUSY_SAMPLE_S = 1.0
+# Width of a frame printed off a terminal (no COLUMNS): room for every column.
+PIPE_WIDTH = {"table": 160, "wide": 240}
+
+# Flag -> environment variable. Local-mode paths share the exporter's variables.
+_ENV = {
+    "exporter": "PODRES_TOP_EXPORTER",
+    "prometheus": "PODRES_TOP_PROMETHEUS",
+    "node": "PODRES_TOP_NODE",
+    "interval": "PODRES_TOP_INTERVAL",
+}
+_LOCAL_FLAGS = {
+    "kubelet_socket": "--kubelet-socket",
+    "path_sysfs": "--path.sysfs",
+    "path_procfs": "--path.procfs",
+}
+
+
+def add_top_parser(subparsers: Any) -> None:
+    """Add ``top`` to the ``podres`` subcommands (an ``argparse`` subparsers action)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "top",
+        help="show who holds which CPUs, devices and memory, live",
+        description=(
+            "A terminal view of the node: free shared CPUs, devices and memory per NUMA "
+            "node, and per container its exclusive CPUs, their busy share, its devices and "
+            "GPU use. Reads the local kubelet by default, or an exporter, or Prometheus."
+        ),
+    )
+    src = p.add_argument_group("source (default: the local kubelet socket and telemetry)")
+    src.add_argument(
+        "--exporter",
+        metavar="URL",
+        help=f"read a podres exporter's /metrics (env {_ENV['exporter']})",
+    )
+    src.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help=f"read every node from Prometheus' HTTP API (env {_ENV['prometheus']})",
+    )
+    src.add_argument(
+        "--node",
+        metavar="NAME",
+        help="with --prometheus: only the node whose node or instance label is NAME "
+        f"(env {_ENV['node']})",
+    )
+    src.add_argument(
+        "--kubelet-socket",
+        metavar="PATH",
+        help="the kubelet's pod-resources socket [env PODRES_KUBELET_SOCKET; "
+        "default /var/lib/kubelet/pod-resources/kubelet.sock]",
+    )
+    src.add_argument(
+        "--path.sysfs",
+        dest="path_sysfs",
+        metavar="PATH",
+        help="root of sysfs [env PODRES_PATH_SYSFS; default /sys]",
+    )
+    src.add_argument(
+        "--path.procfs",
+        dest="path_procfs",
+        metavar="PATH",
+        help="root of procfs [env PODRES_PATH_PROCFS; default /proc]",
+    )
+    show = p.add_argument_group("what to show")
+    show.add_argument(
+        "--view", choices=VIEWS, default="containers", help="the starting view (key v switches)"
+    )
+    show.add_argument(
+        "--sort",
+        choices=ALL_SORT_KEYS,
+        default="",
+        metavar="COLUMN",
+        help="sort column: containers view "
+        + ", ".join(SORT_KEYS["containers"])
+        + "; devices view "
+        + ", ".join(SORT_KEYS["devices"])
+        + " (key s cycles)",
+    )
+    show.add_argument("--namespace", default="", help="only these namespaces (substring or glob)")
+    show.add_argument("--pod", default="", help="only these pods (substring or glob)")
+    show.add_argument(
+        "--resource", default="", help="only these device resources (substring or glob)"
+    )
+    show.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default="table",
+        help="table, wide (more columns) or json",
+    )
+    show.add_argument(
+        "--once", action="store_true", help="print one frame and exit (the default off a terminal)"
+    )
+    show.add_argument(
+        "--interval",
+        metavar="DURATION",
+        help=f"time between refreshes [env {_ENV['interval']}; default {DEFAULT_INTERVAL}]",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TopConfig:
+    """What ``podres top`` was asked for, validated."""
+
+    exporter: str
+    prometheus: str
+    node: str
+    interval_s: float
+    options: Options
+    output: str
+    once: bool
+
+
+def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
+    """The command line and ``PODRES_TOP_*`` variables (flags win); ConfigError naming a flag."""
+    raw = {k: getattr(ns, k, None) or env.get(var, "") for k, var in _ENV.items()}
+    if ns.exporter and ns.prometheus:
+        raise ConfigError("--exporter and --prometheus are two sources: give one")
+    # A variable for one source never fights a flag for the other.
+    exporter = "" if ns.prometheus else raw["exporter"]
+    prometheus = "" if ns.exporter else raw["prometheus"]
+    if exporter and prometheus:
+        raise ConfigError(f"{_ENV['exporter']} and {_ENV['prometheus']} are both set: unset one")
+    if ns.node and not prometheus:
+        raise ConfigError("--node picks a node of Prometheus: give --prometheus URL too")
+    if exporter or prometheus:
+        for attr, flag in _LOCAL_FLAGS.items():
+            if getattr(ns, attr, None):
+                other = "--exporter" if exporter else "--prometheus"
+                raise ConfigError(f"{flag} reads the local node; it does nothing with {other}")
+    interval_text = ns.interval or env.get(_ENV["interval"]) or DEFAULT_INTERVAL
+    origin = "flag --interval" if ns.interval else f"environment variable {_ENV['interval']}"
+    try:
+        interval = parse_duration(interval_text)
+    except ValueError as err:
+        raise ConfigError(f"invalid value for --interval (from {origin}): {err}") from err
+    options = Options(
+        view=ns.view,
+        sort=ns.sort,
+        namespace=ns.namespace,
+        pod=ns.pod,
+        resource=ns.resource,
+        wide=ns.output == "wide",
+    )
+    return TopConfig(
+        exporter=exporter,
+        prometheus=prometheus,
+        node=raw["node"] if prometheus else "",
+        interval_s=interval,
+        options=options,
+        output=ns.output,
+        once=ns.once,
+    )
+
+
+def open_source(
+    cfg: TopConfig, ns: argparse.Namespace, env: Mapping[str, str], *, live: bool
+) -> Source:
+    """The source the configuration names; raises ConfigError or FetchError."""
+    if cfg.exporter:
+        return ExporterSource(cfg.exporter)
+    if cfg.prometheus:
+        return PrometheusSource(cfg.prometheus, node=cfg.node)
+    from podres_exporter import collectors
+
+    flags = {flag: getattr(ns, attr) for attr, flag in _LOCAL_FLAGS.items() if getattr(ns, attr)}
+    settings = build_settings(flags, env, collector_names=tuple(collectors.BY_NAME))
+    check_socket(settings.kubelet_socket)
+    # The exporter's machinery logs; a log line would tear a live frame, and once only
+    # errors go to stderr.
+    logconf.configure("error", stream=io.StringIO() if live else sys.stderr, json=False)
+    node = env.get("NODE_NAME") or socket.gethostname()
+    return LocalSource(settings, node_name=node)
+
+
+def read_once(
+    source: Source,
+    interval_s: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[Reading, Reading | None]:
+    """A reading and, when busy shares need one, an earlier one to compare it with.
+
+    The second reading is taken ``BUSY_SAMPLE_S`` (at most ``interval_s``) after the first,
+    and re-taken until the source has read CPU times again, for at most ``interval_s``
+    (an exporter polls on its own schedule; without a new poll in time, busy is unknown).
+    """
+    first = source.read()
+    if not needs_second_reading(first):
+        return first, None
+    deadline = clock() + max(interval_s, BUSY_SAMPLE_S)
+    sleep(min(BUSY_SAMPLE_S, interval_s))
+    second = source.read()
+    while not cpu_times_advanced(first, second) and clock() < deadline:
+        sleep(min(0.25, interval_s))
+        second = source.read()
+    return second, first
+
+
+def _width(env: Mapping[str, str], output: str, stream: Any) -> int:
+    columns = env.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if stream.isatty():
+        try:
+            return os.get_terminal_size(stream.fileno()).columns
+        except OSError:
+            pass
+    return PIPE_WIDTH.get(output, 160)
+
+
+def run_top(ns: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Run ``podres top``; returns the exit status (see the module docstring)."""
+    out, err = sys.stdout, sys.stderr
+    try:
+        cfg = config_from(ns, env)
+        live = not cfg.once and cfg.output != "json" and sys.stdin.isatty() and out.isatty()
+        source = open_source(cfg, ns, env, live=live)
+        try:
+            if live:
+                from podres_exporter.top.live import run_live
+
+                return run_live(source, source.read(), cfg.options, interval_s=cfg.interval_s)
+            current, baseline = read_once(source, cfg.interval_s)
+            data = build(current, baseline, source=source.description)
+            if cfg.output == "json":
+                out.write(json.dumps(to_json(data, cfg.options), indent=2) + "\n")
+            else:
+                out.write(render(data, cfg.options, _width(env, cfg.output, out)))
+            out.flush()
+            return 0
+        finally:
+            source.close()
+    except ConfigError as e:
+        err.write(f"podres top: error: {e}\n")
+        return 2
+    except FetchError as e:
+        err.write(f"podres top: error: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before the live loop, or during --once
+        return 130
+    except BrokenPipeError:  # `podres top --once | head`: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return 0
