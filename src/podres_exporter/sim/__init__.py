@@ -12,8 +12,22 @@ NUMA files for the exporter's ``--path.sysfs``.
     with SimKubelet("demo", "/tmp/podres/kubelet.sock") as kubelet:
         kubelet.start_churn(5.0)
         ...
+
+``SimDeviceManager`` is the kubelet's device manager: device plugins register with it
+over the real ``v1beta1`` protocol. A scenario with ``[device_plugins]`` gets one
+(``SimKubelet.device_manager``), and its pods asking for those resources are admitted
+through the registered plugins (GetPreferredAllocation, Allocate).
 """
 
+from podres_exporter.sim.devicemanager import (
+    AdmissionError,
+    AllocationResult,
+    PluginDevice,
+    PluginOptions,
+    PreStartError,
+    RegistrationRecord,
+    SimDeviceManager,
+)
 from podres_exporter.sim.node import (
     ChurnEvent,
     ClaimGrant,
@@ -28,6 +42,7 @@ from podres_exporter.sim.scenario import (
     ClaimDeviceSpec,
     ClaimSpec,
     ContainerSpec,
+    DevicePluginsSpec,
     DeviceSpec,
     KubeletBehaviour,
     NodeSpec,
@@ -62,6 +77,8 @@ __all__ = [
     "LIST",
     "LIST_V1ALPHA1",
     "RATE_LIMITED",
+    "AdmissionError",
+    "AllocationResult",
     "ChurnEvent",
     "ClaimDeviceSpec",
     "ClaimGrant",
@@ -69,16 +86,22 @@ __all__ = [
     "ContainerSpec",
     "ContainerState",
     "DeviceGrant",
+    "DevicePluginsSpec",
     "DeviceSpec",
     "KubeletBehaviour",
     "MemoryGrant",
     "Node",
     "NodeSnapshot",
     "NodeSpec",
+    "PluginDevice",
+    "PluginOptions",
     "PodSpec",
     "PodState",
+    "PreStartError",
+    "RegistrationRecord",
     "Scenario",
     "ScenarioError",
+    "SimDeviceManager",
     "SimKubelet",
     "TokenBucket",
     "builtin_names",

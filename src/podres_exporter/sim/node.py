@@ -23,6 +23,17 @@ Admitting a pod allocates the way the kubelet does:
 Removing a pod frees its resources. ``step`` is one step of churn: a random pod of a
 template marked ``churn`` is deleted and a replacement admitted under a new name.
 Every public method takes the node's lock, so a Node can be shared between threads.
+
+Plugin resources (``Scenario.device_plugins``, or ``attach_device_manager``) are not
+in ``NodeSpec.devices``: their devices come from the device plugins registered with a
+``devicemanager.SimDeviceManager``, and a container asking for them is admitted
+through it (GetPreferredAllocation and Allocate over gRPC, with the NUMA node chosen
+for the container's CPUs as the topology hint). The node's lock is NOT held during
+those calls: such a pod is staged under the lock, allocated from the plugins without
+it, then recorded under it again. Without a device manager, or when the resource has
+no plugin or Allocate fails, the pod is rejected like any other. ``retry_rejected``
+admits such pods again. GetAllocatableResources's devices include the plugins'
+healthy devices; List shows the ids the plugin allocated, with its topology.
 """
 
 from __future__ import annotations
@@ -35,6 +46,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import structlog
+
+from podres_exporter.sim.devicemanager import AdmissionError, PreStartError, SimDeviceManager
 from podres_exporter.sim.scenario import (
     ClaimDeviceSpec,
     ContainerKind,
@@ -56,6 +70,8 @@ __all__ = [
     "NodeSnapshot",
     "PodState",
 ]
+
+log = structlog.get_logger("podres_exporter.sim")
 
 PodKey = tuple[str, str]  # (namespace, name)
 _NumaKey = tuple[int, ...] | None
@@ -170,6 +186,24 @@ class _Hold:
     cpus: list[int] = field(default_factory=list)
     devices: list[tuple[str, str]] = field(default_factory=list)
     memory: list[tuple[str, int, int]] = field(default_factory=list)  # type, NUMA node, bytes
+    plugin_pod: str | None = None  # the device manager's key of a pod holding plugin devices
+
+
+@dataclass(slots=True)
+class _Staged:
+    """A pod that asks for plugin devices, between its two admission steps: what it got
+    under the node's lock, and what the device manager still has to give it."""
+
+    spec: PodSpec
+    name: str
+    hold: _Hold
+    containers: list[ContainerState]
+    plugin: list[tuple[int, dict[str, int], int | None]]  # container index, needs, NUMA hint
+    failure: tuple[str, str] | None = None  # reason, message
+
+    @property
+    def key(self) -> PodKey:
+        return (self.spec.namespace, self.name)
 
 
 class _AdmissionFailure(Exception):
@@ -179,8 +213,21 @@ class _AdmissionFailure(Exception):
 class Node:
     """The node's resources and pods; see the module docstring."""
 
-    def __init__(self, spec: NodeSpec, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        spec: NodeSpec,
+        *,
+        seed: int = 0,
+        plugin_resources: Iterable[str] = (),
+        device_manager: SimDeviceManager | None = None,
+    ) -> None:
         self._spec = spec
+        self._plugin: tuple[str, ...] = tuple(dict.fromkeys(plugin_resources))
+        self._dm = device_manager
+        self._admitting: dict[PodKey, bool] = {}  # staged pods; True: a rejected one, again
+        self._cancelled: set[PodKey] = set()  # removed while being admitted
+        self._plugin_free: dict[str, dict[_NumaKey, int]] = {}  # while staging
+        self._plugin_cache: tuple[int, tuple[str, ...], tuple[DeviceSpec, ...]] | None = None
         self._seed = seed
         self._lock = threading.RLock()
         self._rng = random.Random(seed)
@@ -214,9 +261,17 @@ class Node:
         ] = {}
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario) -> Node:
-        """A node with every pod of the scenario admitted, in scenario order."""
-        node = cls(scenario.node, seed=scenario.seed)
+    def from_scenario(
+        cls, scenario: Scenario, *, device_manager: SimDeviceManager | None = None
+    ) -> Node:
+        """A node with every pod of the scenario admitted, in scenario order (pods asking
+        for plugin resources through ``device_manager``)."""
+        node = cls(
+            scenario.node,
+            seed=scenario.seed,
+            plugin_resources=scenario.plugin_resources,
+            device_manager=device_manager,
+        )
         for spec in scenario.pods:
             for _ in range(spec.replicas):
                 node.admit(spec)
@@ -228,6 +283,40 @@ class Node:
     def spec(self) -> NodeSpec:
         """The node's hardware and policies (device health as in the scenario)."""
         return self._spec
+
+    @property
+    def plugin_resources(self) -> tuple[str, ...]:
+        """The resources whose devices come from device plugins."""
+        with self._lock:
+            return self._plugin
+
+    @property
+    def device_manager(self) -> SimDeviceManager | None:
+        """The device manager plugin resources are admitted through, if any."""
+        with self._lock:
+            return self._dm
+
+    def attach_device_manager(
+        self, device_manager: SimDeviceManager | None, resources: Iterable[str] = ()
+    ) -> None:
+        """Admit plugin resources through ``device_manager`` from now on (None: detach),
+        and treat ``resources`` as plugin resources too."""
+        with self._lock:
+            self._dm = device_manager
+            self._plugin = tuple(dict.fromkeys((*self._plugin, *resources)))
+            self._needs_cache.clear()
+            self._plugin_cache = None
+            self._generation += 1
+
+    def note_devices_changed(self) -> None:
+        """The device manager's devices changed: bump the generation."""
+        with self._lock:
+            self._generation += 1
+
+    @staticmethod
+    def pod_key(namespace: str, name: str) -> str:
+        """The key a pod's plugin allocations are kept under in the device manager."""
+        return f"{namespace}/{name}"
 
     @property
     def generation(self) -> int:
@@ -250,7 +339,7 @@ class Node:
             return NodeSnapshot(
                 pods=tuple(self._pods.values()),
                 allocatable_cpus=self._spec.allocatable_cpus,
-                healthy_devices=self._healthy_cache,
+                healthy_devices=self._healthy_cache + self._plugin_devices(),
                 allocatable_memory=memory,
                 generation=self._generation,
             )
@@ -274,6 +363,8 @@ class Node:
     def free_devices(self, resource: str) -> frozenset[str]:
         """Healthy devices of ``resource`` that no container holds."""
         with self._lock:
+            if resource in self._plugin:
+                return self._dm.free_devices(resource) if self._dm else frozenset()
             buckets = self._free_dev.get(resource, {})
             return frozenset(self._devices[i].id for heap in buckets.values() for i in heap)
 
@@ -285,6 +376,12 @@ class Node:
     def device_healthy(self, resource: str, device_id: str) -> bool:
         """Whether a device is healthy now; KeyError for an unknown device."""
         with self._lock:
+            if resource in self._plugin:
+                dm = self._dm.devices(resource) if self._dm else ()
+                found = [d.healthy for d in dm if d.id == device_id]
+                if not found:
+                    raise KeyError((resource, device_id))
+                return found[0]
             return self._devices[self._dev_index[(resource, device_id)]].healthy
 
     # ------------------------------------------------------------------ changes
@@ -293,18 +390,45 @@ class Node:
         """Admit one pod of ``spec`` (named by its naming rule unless ``name`` is given).
 
         Returns the pod, Running or (rejected) Failed. Raises ValueError when a pod of
-        that name already exists.
+        that name already exists. A pod asking for plugin resources is allocated by the
+        device manager without the node's lock held.
         """
         with self._lock:
             if name is None:
                 name = self._new_name(spec, self._rng)
-            if (spec.namespace, name) in self._pods:
+            if (spec.namespace, name) in self._pods or (spec.namespace, name) in self._admitting:
                 raise ValueError(f"pod {spec.namespace}/{name} already exists")
-            return self._admit(spec, name)
+            if not self._asks_plugin(spec):
+                return self._admit(spec, name)
+            staged = self._stage(spec, name, retry=False)
+        return self._finish(staged)
+
+    def retry_rejected(self, resources: Iterable[str] | None = None) -> tuple[PodState, ...]:
+        """Admit again, under their names, the rejected pods that ask for a plugin resource
+        (of ``resources``, default all); return what became of them. A pod that fails
+        again stays rejected. (A kubelet never does this; see DevicePluginsSpec.)"""
+        with self._lock:
+            wanted = set(self._plugin) if resources is None else set(self._plugin) & set(resources)
+            keys = [
+                k
+                for k, p in self._pods.items()
+                if not p.admitted and k not in self._admitting and self._asks_plugin(p.spec, wanted)
+            ]
+        out: list[PodState] = []
+        for key in keys:
+            with self._lock:
+                pod = self._pods.get(key)
+                if pod is None or pod.admitted or key in self._admitting:
+                    continue
+                staged = self._stage(pod.spec, pod.name, retry=True)
+            out.append(self._finish(staged))
+        return tuple(out)
 
     def remove(self, namespace: str, name: str) -> PodState | None:
         """Delete a pod and free what it held; return it, or None if there is none."""
         with self._lock:
+            if (namespace, name) in self._admitting:
+                self._cancelled.add((namespace, name))
             state = self._pods.pop((namespace, name), None)
             if state is None:
                 return None
@@ -318,7 +442,9 @@ class Node:
         """Delete a random pod of a churn template and admit a replacement with a new
         name (a StatefulSet pod comes back under its own name). None: nothing churns."""
         with self._lock:
-            candidates = [k for k, p in self._pods.items() if p.spec.churn]
+            candidates = [
+                k for k, p in self._pods.items() if p.spec.churn and k not in self._admitting
+            ]
             if not candidates:
                 return None
             key = rng.choice(candidates)
@@ -328,8 +454,10 @@ class Node:
             name = removed.name if spec.naming in ("statefulset", "static", "exact") else None
             if name is None:
                 name = self._new_name(spec, rng)
-            added = self._admit(spec, name)
-            return ChurnEvent(removed=removed, added=added)
+            if not self._asks_plugin(spec):
+                return ChurnEvent(removed=removed, added=self._admit(spec, name))
+            staged = self._stage(spec, name, retry=False)
+        return ChurnEvent(removed=removed, added=self._finish(staged))
 
     def set_device_health(self, resource: str, device_id: str, healthy: bool) -> None:
         """Mark a device healthy or not (KeyError if unknown). An unhealthy device
@@ -361,7 +489,7 @@ class Node:
             return f"{spec.name}-{self._spec.name}"
         if spec.naming == "statefulset":
             ordinal = 0
-            while (spec.namespace, f"{spec.name}-{ordinal}") in self._pods:
+            while self._taken((spec.namespace, f"{spec.name}-{ordinal}")):
                 ordinal += 1
             return f"{spec.name}-{ordinal}"
         prefix = self._prefixes.get((spec.namespace, spec.name, spec.naming))
@@ -376,8 +504,137 @@ class Node:
             self._prefixes[(spec.namespace, spec.name, spec.naming)] = prefix
         while True:
             name = f"{prefix}-{''.join(rng.choices(_NAME_ALPHABET, k=5))}"
-            if (spec.namespace, name) not in self._pods:
+            if not self._taken((spec.namespace, name)):
                 return name
+
+    def _taken(self, key: PodKey) -> bool:
+        return key in self._pods or key in self._admitting
+
+    def _asks_plugin(self, spec: PodSpec, resources: Iterable[str] | None = None) -> bool:
+        wanted = self._plugin if resources is None else tuple(resources)
+        return any(c.devices.get(r, 0) > 0 for c in spec.listed_containers for r in wanted)
+
+    def _plugin_devices(self) -> tuple[DeviceSpec, ...]:
+        """The healthy devices of the plugin resources (lock held)."""
+        dm = self._dm
+        if dm is None or not self._plugin:
+            return ()
+        version = dm.version
+        cached = self._plugin_cache
+        if cached is not None and cached[0] == version and cached[1] == self._plugin:
+            return cached[2]
+        devices = tuple(
+            DeviceSpec(r, d.id, d.numa, True)
+            for r in self._plugin
+            for d in dm.devices(r)
+            if d.healthy
+        )
+        self._plugin_cache = (version, self._plugin, devices)
+        return devices
+
+    def _stage(self, spec: PodSpec, name: str, *, retry: bool) -> _Staged:
+        """Step one of admitting a pod that asks for plugin devices (lock held): take its
+        CPUs, memory and node devices, and note what the device manager is to give."""
+        self._admitting[(spec.namespace, name)] = retry
+        qos = spec.effective_qos
+        pinned = self._spec.memory_policy == "static" and qos == "Guaranteed"
+        staged = _Staged(spec, name, _Hold(), [], [])
+        dm = self._dm
+        self._plugin_free = {}
+        if dm is not None:
+            for r in self._plugin:
+                free = dm.free_devices(r)
+                counts: dict[_NumaKey, int] = {}
+                for d in dm.devices(r):
+                    if d.id in free:
+                        counts[d.numa] = counts.get(d.numa, 0) + 1
+                self._plugin_free[r] = counts
+        try:
+            for i, c in enumerate(spec.listed_containers):
+                state, hint = self._allocate(
+                    c,
+                    qos=qos,
+                    pinned=pinned,
+                    hold=staged.hold,
+                    namespace=spec.namespace,
+                    pod_name=name,
+                )
+                staged.containers.append(state)
+                want = {r: n for r, n in c.devices.items() if n > 0 and r in self._plugin}
+                if want:
+                    staged.plugin.append((i, want, hint))
+        except _AdmissionFailure as exc:
+            self._release(staged.hold)
+            staged.failure = (_ADMISSION_ERROR, str(exc))
+        finally:
+            self._plugin_free = {}
+        return staged
+
+    def _finish(self, staged: _Staged) -> PodState:
+        """Step two (NO lock held): allocate the plugin devices through the device
+        manager, run PreStartContainer, then record the pod under the lock."""
+        spec, name, key = staged.spec, staged.name, staged.key
+        pod_key = self.pod_key(spec.namespace, name)
+        dm = self._dm
+        failure = staged.failure
+        grants: dict[int, list[DeviceGrant]] = {}
+        if failure is None:
+            try:
+                for i, want, hint in staged.plugin:
+                    container = staged.containers[i].name
+                    for resource, count in want.items():
+                        if dm is None:
+                            raise AdmissionError(
+                                f"Node didn't have enough resource: {resource}, requested: "
+                                f"{count}, used: 0, capacity: 0",
+                                reason=f"OutOf{resource}",
+                            )
+                        got = dm.allocate(pod_key, container, resource, count, numa_hint=hint)
+                        grants.setdefault(i, []).extend(
+                            DeviceGrant(resource, d, got.topology.get(d)) for d in got.device_ids
+                        )
+            except AdmissionError as exc:
+                if dm is not None:
+                    dm.release(pod_key)
+                failure = (exc.reason, exc.pod_message)
+        if failure is None and dm is not None:
+            for i, _, _ in staged.plugin:
+                try:
+                    dm.pre_start(pod_key, staged.containers[i].name)
+                except PreStartError as exc:  # the container would not start; still admitted
+                    log.warning("sim_pre_start_failed", pod=pod_key, error=str(exc))
+        with self._lock:
+            self._admitting.pop(key, None)
+            cancelled = key in self._cancelled
+            self._cancelled.discard(key)
+            if failure is None and not cancelled:
+                containers = tuple(
+                    replace(c, devices=c.devices + tuple(grants[i])) if i in grants else c
+                    for i, c in enumerate(staged.containers)
+                )
+                state = PodState(spec.namespace, name, spec, containers)
+                staged.hold.plugin_pod = pod_key
+                self._holds[key] = staged.hold
+            else:
+                self._release(staged.hold)
+                if dm is not None and failure is None:
+                    dm.release(pod_key)  # deleted while being admitted
+                reason, message = failure or (_ADMISSION_ERROR, "pod deleted during admission")
+                state = PodState(
+                    namespace=spec.namespace,
+                    name=name,
+                    spec=spec,
+                    containers=tuple(
+                        ContainerState(c.name, c.kind) for c in spec.listed_containers
+                    ),
+                    phase="Failed",
+                    reason=reason,
+                    message=message,
+                )
+            if not cancelled:
+                self._pods[key] = state
+                self._generation += 1
+        return state
 
     def _admit(self, spec: PodSpec, name: str) -> PodState:
         qos = spec.effective_qos
@@ -394,7 +651,7 @@ class Node:
                         hold=hold,
                         namespace=spec.namespace,
                         pod_name=name,
-                    )
+                    )[0]
                 )
         except _AdmissionFailure as exc:
             self._release(hold)
@@ -423,18 +680,29 @@ class Node:
         hold: _Hold,
         namespace: str,
         pod_name: str,
-    ) -> ContainerState:
+    ) -> tuple[ContainerState, int | None]:
+        """A container's CPUs, memory and node devices, and the NUMA node they were
+        taken from (the hint for its plugin devices; None: no preference)."""
         claims = tuple(
             ClaimGrant(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
             for cl in c.claims
         )
         ncpu, devices, memory = self._needs(c, qos, pinned)
         if not (ncpu or devices or memory):
-            return ContainerState(c.name, c.kind, claims=claims)
+            return ContainerState(c.name, c.kind, claims=claims), None
         self._check_totals(c.name, ncpu, devices, memory)
+        plugin = (
+            {r: n for r, n in c.devices.items() if n > 0 and r in self._plugin_free}
+            if self._plugin_free
+            else {}
+        )
 
         numa = next(
-            (n for n in range(self._spec.numa_nodes) if self._fits(n, ncpu, devices, memory)),
+            (
+                n
+                for n in range(self._spec.numa_nodes)
+                if self._fits(n, ncpu, devices, memory) and self._plugin_fits(n, plugin)
+            ),
             None,
         )
         if numa is not None:
@@ -452,7 +720,7 @@ class Node:
         for resource, count in devices.items():
             grants.extend(self._take_devices(resource, count, prefer, hold))
         mem_grants = self._take_memory(memory, group, hold)
-        return ContainerState(
+        state = ContainerState(
             c.name,
             c.kind,
             cpu_ids=tuple(sorted(cpus)),
@@ -460,6 +728,7 @@ class Node:
             memory=mem_grants,
             claims=claims,
         )
+        return state, prefer
 
     def _needs(
         self, c: ContainerSpec, qos: QoS, pinned: bool
@@ -471,7 +740,7 @@ class Node:
             return hit[1]
         needs = (
             c.exclusive_cpus(qos, self._spec.cpu_policy),
-            {r: n for r, n in c.devices.items() if n > 0},
+            {r: n for r, n in c.devices.items() if n > 0 and r not in self._plugin},
             c.memory_requests() if pinned else {},
         )
         self._needs_cache[key] = (c, needs)
@@ -512,6 +781,14 @@ class Node:
             if near < count:
                 return False
         return all(self._free_mem[t][n] >= size for t, size in memory.items())
+
+    def _plugin_fits(self, n: int, plugin: Mapping[str, int]) -> bool:
+        """Whether NUMA node ``n`` has enough free plugin devices (as seen at staging)."""
+        for resource, count in plugin.items():
+            buckets = self._plugin_free.get(resource, {})
+            if sum(k for key, k in buckets.items() if key is None or n in key) < count:
+                return False
+        return True
 
     def _best_device_node(self, devices: Mapping[str, int]) -> int | None:
         if not devices:
@@ -590,6 +867,9 @@ class Node:
                 self._parked.add(i)
         for mtype, n, size in hold.memory:
             self._free_mem[mtype][n] += size
+        if hold.plugin_pod is not None and self._dm is not None:
+            self._dm.release(hold.plugin_pod)
+        hold.plugin_pod = None
         hold.cpus.clear()
         hold.devices.clear()
         hold.memory.clear()

@@ -22,6 +22,12 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     [churn]
     interval_s = 5.0                   # 0: no churn
 
+    [device_plugins]                   # resources served by device plugins, see DevicePluginsSpec
+    resources = ["example.com/vf"]     # their devices come from the plugins, not node.devices
+    directory = "device-plugins"       # relative: beside the pod-resources socket
+    resource_grace_s = 300.0           # a resource whose plugin went away is dropped after it
+    retry_pending = true               # re-admit pods rejected for want of a plugin resource
+
     [node]
     name = "gpu-node-a1"
     numa_nodes = 2
@@ -68,6 +74,10 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
 Requests are requests equal to limits: a container with ``cpu`` and ``memory`` in a
 pod whose every container has both is Guaranteed; under the static CPU policy its
 integer CPUs are exclusive.
+
+A pod asking for a ``device_plugins`` resource is admitted through the simulated
+kubelet's device manager (GetPreferredAllocation and Allocate over gRPC to the plugin
+that registered it); until a plugin has registered it, such pods are rejected.
 """
 
 from __future__ import annotations
@@ -93,6 +103,7 @@ __all__ = [
     "ContainerSpec",
     "CpuPolicy",
     "DeviceGrouping",
+    "DevicePluginsSpec",
     "DeviceSpec",
     "KubeletBehaviour",
     "MemoryPolicy",
@@ -104,6 +115,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "builtin_names",
+    "extended_resource_problem",
     "format_cpu_list",
     "load_builtin",
     "parse_bytes",
@@ -194,6 +206,33 @@ def parse_cpu_list(value: object) -> tuple[int, ...]:
 
 
 format_cpu_list = format_cpulist
+
+
+# Resource names: the rules of the kubelet's v1helper.IsExtendedResourceName.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def extended_resource_problem(name: str) -> str | None:  # noqa: PLR0911 - one rule each
+    """Why ``name`` is not an extended resource name a device plugin may register
+    (``domain/name``, the domain not ``kubernetes.io`` nor under it, not starting with
+    ``requests.``, a valid qualified name), or None when it is one."""
+    if "/" not in name:
+        return "has no domain (expected domain/name)"
+    if "kubernetes.io/" in name:
+        return "is in the kubernetes.io namespace"
+    if name.startswith("requests."):
+        return "starts with requests."
+    parts = f"requests.{name}".split("/")
+    if len(parts) != 2:
+        return "has more than one /"
+    prefix, short = parts
+    if len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+        return "has an invalid domain (expected a lowercase DNS subdomain)"
+    if not short or len(short) > 63 or not _QUALIFIED_NAME.fullmatch(short):
+        return "has an invalid name part (alphanumerics, '-', '_' or '.', at most 63)"
+    return None
 
 
 def _frozen_map(data: Mapping[str, int] | None) -> Mapping[str, int]:
@@ -532,6 +571,50 @@ class KubeletBehaviour:
 
 
 @dataclass(frozen=True, slots=True)
+class DevicePluginsSpec:
+    """Resources whose devices come from device plugins registered with the simulated
+    kubelet's device manager (``sim.devicemanager``), not from ``node.devices``.
+
+    ``directory`` is the device-plugins directory (the plugins' sockets and the
+    manager's ``kubelet.sock``); a relative one is relative to the directory of the
+    pod-resources socket. ``resource_grace_s``: how long a resource whose plugin went
+    away is kept, all devices unhealthy (5 minutes on a kubelet). ``retry_pending``: a
+    pod rejected for want of a plugin resource is admitted again whenever that
+    resource's allocatable count grows, e.g. when its plugin registers (a real kubelet
+    never does that; a controller would create a new pod).
+    """
+
+    resources: tuple[str, ...] = ()
+    directory: str = "device-plugins"
+    resource_grace_s: float = 300.0
+    retry_pending: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "resources", tuple(self.resources))
+        seen: set[str] = set()
+        for r in self.resources:
+            if not isinstance(r, str):
+                raise ValueError(f"device_plugins.resources: expected strings, got {r!r}")
+            problem = extended_resource_problem(r)
+            if problem is not None:
+                raise ValueError(
+                    f"device_plugins.resources: {r!r} is not an extended resource name: {problem}"
+                )
+            if r in seen:
+                raise ValueError(f"device_plugins.resources: {r!r} is listed twice")
+            seen.add(r)
+        if not isinstance(self.directory, str) or not self.directory:
+            raise ValueError("device_plugins.directory: expected a non-empty path")
+        grace = self.resource_grace_s
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
+            raise ValueError(
+                f"device_plugins.resource_grace_s: expected seconds >= 0, got {grace!r}"
+            )
+        if not isinstance(self.retry_pending, bool):
+            raise ValueError("device_plugins.retry_pending: expected true or false")
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """A whole simulated node: hardware, kubelet behaviour, pods and churn."""
 
@@ -543,9 +626,15 @@ class Scenario:
     name: str = "scenario"
     description: str = ""
     source: str = "<python>"
+    device_plugins: DevicePluginsSpec | None = None
 
     def __post_init__(self) -> None:
         _validate_pods(self, self.source)
+
+    @property
+    def plugin_resources(self) -> tuple[str, ...]:
+        """The resources whose devices come from device plugins (``[device_plugins]``)."""
+        return self.device_plugins.resources if self.device_plugins else ()
 
     # ---- loaders
 
@@ -663,6 +752,11 @@ def _validate_pods(scenario: Scenario, source: str) -> None:
     node = scenario.node
     if scenario.churn_interval_s < 0:
         raise ScenarioError(source, "churn.interval_s", "must not be negative")
+    both = sorted(set(scenario.plugin_resources) & set(node.resources))
+    if both:
+        raise ScenarioError(
+            source, "device_plugins.resources", f"also in node.devices: {', '.join(both)}"
+        )
     exact: set[tuple[str, str]] = set()
     for i, pod in enumerate(scenario.pods):
         where = f"pods[{i}]"
@@ -711,7 +805,7 @@ def _validate_pods(scenario: Scenario, source: str) -> None:
 
 # --------------------------------------------------------------------------- TOML parsing
 
-_TOP_KEYS = {"name", "description", "seed", "kubelet", "churn", "node", "pods"}
+_TOP_KEYS = {"name", "description", "seed", "kubelet", "churn", "device_plugins", "node", "pods"}
 _NODE_KEYS = {
     "name",
     "numa_nodes",
@@ -822,7 +916,23 @@ class _Parser:
             name=self.string(data, "name", "", default_name),
             description=self.string(data, "description", "", ""),
             source=self.source,
+            device_plugins=(
+                self.device_plugins(data["device_plugins"]) if "device_plugins" in data else None
+            ),
         )
+
+    def device_plugins(self, value: object) -> DevicePluginsSpec:
+        fields = set(DevicePluginsSpec.__dataclass_fields__)
+        data = dict(self.table(value, "device_plugins", fields))
+        resources = data.get("resources", [])
+        if not isinstance(resources, list):
+            raise self.fail("device_plugins.resources", "expected an array of resource names")
+        data["resources"] = tuple(resources)
+        try:
+            return DevicePluginsSpec(**data)
+        except ValueError as exc:
+            key, _, problem = str(exc).partition(": ")
+            raise self.fail(key, problem) from exc
 
     def kubelet(self, value: object) -> KubeletBehaviour:
         fields = set(KubeletBehaviour.__dataclass_fields__)

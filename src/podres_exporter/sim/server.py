@@ -19,6 +19,14 @@ messages), answering from a ``node.Node`` and behaving like a real kubelet:
 
 Every knob can be set in the scenario's ``[kubelet]`` table and changed at run time
 with ``set_behaviour``; all methods are thread-safe.
+
+A scenario with a ``[device_plugins]`` table (or a ``device_plugin_dir``) gets a
+``SimDeviceManager`` serving ``kubelet.sock`` in the device-plugins directory, started,
+stopped and restarted with the simulated kubelet (``attach_device_manager`` attaches
+one made elsewhere). Its plugins' devices are what pods asking for those resources
+get and what GetAllocatableResources reports (healthy ones only); with
+``retry_pending`` a pod rejected for want of such a resource is admitted again when
+the resource's allocatable count grows (when its plugin registers, say).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import structlog
 
 from podres_exporter._generated.podresources.v1 import api_pb2
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as alpha_pb2
+from podres_exporter.sim.devicemanager import SimDeviceManager
 from podres_exporter.sim.node import (
     ChurnEvent,
     ContainerState,
@@ -51,6 +60,7 @@ from podres_exporter.sim.node import (
 )
 from podres_exporter.sim.scenario import (
     DeviceGrouping,
+    DevicePluginsSpec,
     KubeletBehaviour,
     PodSpec,
     Scenario,
@@ -276,6 +286,11 @@ class SimKubelet:
     Nothing is served until ``start``; use it as a context manager to start it and to
     stop it with its socket removed. Churn runs only after ``start_churn`` (or with
     ``auto_churn``, at the scenario's interval, on every start).
+
+    When the scenario declares ``[device_plugins]`` (or ``device_plugin_dir`` is given,
+    which overrides the scenario's directory) the simulator owns a
+    ``SimDeviceManager`` on that directory (``device_manager``), started, stopped and
+    restarted with it.
     """
 
     def __init__(
@@ -285,6 +300,7 @@ class SimKubelet:
         *,
         workers: int = 8,
         auto_churn: bool = False,
+        device_plugin_dir: str | Path | None = None,
     ) -> None:
         if isinstance(scenario, Path) or (isinstance(scenario, str) and scenario.endswith(".toml")):
             scenario = Scenario.load(scenario)
@@ -298,13 +314,28 @@ class SimKubelet:
             )
         self._workers = workers
         self._auto_churn = auto_churn
-        self._node = Node.from_scenario(scenario)
+        plugins = scenario.device_plugins
+        self._dm: SimDeviceManager | None = None
+        self._dm_managed = False
+        self._retry_pending = plugins.retry_pending if plugins else True
+        self._retry_lock = threading.Lock()
+        self._retry_wake = threading.Event()
+        self._retry_stop = threading.Event()
+        self._retry_thread: threading.Thread | None = None
+        self._retry_resources: set[str] = set()
+        self._seen_allocatable: dict[str, int] = {}
+        self._dm = self._own_device_manager(plugins, device_plugin_dir)
+        if self._dm is not None:
+            self._dm_managed = True
+            self._dm.add_listener(self._on_plugin_change)
+        self._node = Node.from_scenario(scenario, device_manager=self._dm)
         self._lock = threading.Lock()  # behaviour, counters, RNGs
         self._life = threading.RLock()  # start / stop / restart
         self._behaviour = scenario.kubelet
         self._bucket = TokenBucket()
         self._list_rng = random.Random(scenario.seed + 1)
         self._churn_rng = random.Random(scenario.seed + 2)
+        self._churn_lock = threading.Lock()  # the churn RNG; never held by a gRPC handler
         self._counts = dict.fromkeys(ALL_METHODS, 0)
         self._rate_limited = 0
         self._ready_at = 0.0
@@ -339,6 +370,26 @@ class SimKubelet:
             ),
         }
 
+    def _own_device_manager(
+        self, plugins: DevicePluginsSpec | None, device_plugin_dir: str | Path | None
+    ) -> SimDeviceManager | None:
+        """The device manager the scenario (or ``device_plugin_dir``) asks for."""
+        if plugins is None and device_plugin_dir is None:
+            return None
+        if device_plugin_dir is not None:
+            directory = Path(device_plugin_dir)
+        else:
+            directory = Path(plugins.directory if plugins else "device-plugins")
+        if not directory.is_absolute():
+            directory = self._socket_path.parent / directory
+        if directory.absolute() == self._socket_path.parent:
+            # A kubelet start deletes every file there, the pod-resources socket too.
+            raise ValueError(
+                f"the device-plugins directory must not hold the pod-resources socket: {directory}"
+            )
+        grace = plugins.resource_grace_s if plugins else 300.0
+        return SimDeviceManager(directory, resource_grace_s=grace)
+
     # ------------------------------------------------------------------ properties
 
     @property
@@ -360,6 +411,37 @@ class SimKubelet:
     def target(self) -> str:
         """The gRPC target for a client channel: ``unix:<socket path>``."""
         return f"unix:{self._socket_path}"
+
+    @property
+    def device_manager(self) -> SimDeviceManager | None:
+        """The simulated device manager plugins register with, if any."""
+        return self._dm
+
+    def attach_device_manager(
+        self,
+        device_manager: SimDeviceManager,
+        *,
+        resources: Iterable[str] = (),
+        manage: bool = False,
+        retry_pending: bool = True,
+    ) -> None:
+        """Admit plugin resources (the scenario's and ``resources``) through
+        ``device_manager`` from now on. With ``manage`` it is started, stopped and
+        restarted with the simulator (its owner does that otherwise); ``retry_pending``
+        as in DevicePluginsSpec. RuntimeError if one is attached already."""
+        with self._life:
+            if self._dm is not None:
+                raise RuntimeError("a device manager is attached already")
+            self._dm, self._dm_managed = device_manager, manage
+            self._retry_pending = retry_pending
+            self._node.attach_device_manager(device_manager, resources)
+            device_manager.add_listener(self._on_plugin_change)
+            if self._server is not None:
+                if manage and not device_manager.running:
+                    device_manager.start()
+                self._start_retry()
+        for resource in device_manager.resources():
+            self._on_plugin_change(resource)
 
     @property
     def running(self) -> bool:
@@ -434,9 +516,8 @@ class SimKubelet:
 
     def churn_once(self) -> ChurnEvent | None:
         """One churn step: delete a random churnable pod, admit a replacement."""
-        with self._lock:
-            rng = self._churn_rng
-            event = self._node.step(rng)
+        with self._churn_lock:
+            event = self._node.step(self._churn_rng)
         if event is not None:
             log.debug(
                 "sim_churn",
@@ -478,14 +559,89 @@ class SimKubelet:
         while not stop.wait(interval):
             self.churn_once()
 
+    # ------------------------------------------------------------------ device plugins
+
+    def _on_plugin_change(self, resource: str) -> None:
+        """A device manager listener (no lock held): the node changed; when a resource's
+        allocatable count grew, wake the retry of the pods rejected for want of it."""
+        self._node.note_devices_changed()
+        dm = self._dm
+        if dm is None:
+            return
+        count = dm.allocatable(resource)
+        with self._retry_lock:
+            grew = count > self._seen_allocatable.get(resource, 0)
+            self._seen_allocatable[resource] = count
+            if grew and self._retry_pending:
+                self._retry_resources.add(resource)
+                self._retry_wake.set()
+
+    def _start_retry(self) -> None:
+        if self._dm is None or not self._retry_pending or self._retry_thread is not None:
+            return
+        self._retry_stop = threading.Event()
+        thread = threading.Thread(
+            target=self._retry_loop,
+            args=(self._retry_stop,),
+            name="sim-kubelet-admission-retry",
+            daemon=True,
+        )
+        self._retry_thread = thread
+        thread.start()
+
+    def _stop_retry(self) -> None:
+        thread, self._retry_thread = self._retry_thread, None
+        self._retry_stop.set()
+        self._retry_wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _retry_loop(self, stop: threading.Event) -> None:
+        # Resources that grew before the thread started are waiting in _retry_resources.
+        while True:
+            self._retry_wake.wait()
+            if stop.is_set():
+                return
+            with self._retry_lock:
+                self._retry_wake.clear()
+                resources, self._retry_resources = self._retry_resources, set()
+            if not resources:
+                continue
+            for pod in self._node.retry_rejected(resources):
+                log.info(
+                    "sim_pod_admitted_again",
+                    pod=f"{pod.namespace}/{pod.name}",
+                    phase=pod.phase,
+                    message=pod.message,
+                )
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, *, warmup: float = 0.0) -> SimKubelet:
         """Create the socket (a new inode) and serve. For ``warmup`` seconds List has no
-        pods and allocatable ``cpu_ids`` is empty. RuntimeError if already running."""
+        pods and allocatable ``cpu_ids`` is empty. RuntimeError if already running. An
+        owned device manager starts first (it deletes the plugins' sockets and creates
+        its ``kubelet.sock``)."""
         with self._life:
             if self._server is not None:
                 raise RuntimeError("the simulated kubelet is already running")
+            dm = self._dm
+            dm_started = dm is not None and self._dm_managed and not dm.running
+            if dm is not None and dm_started:
+                dm.start()  # the device manager starts before the pod-resources server
+            try:
+                self._serve(warmup)
+            except BaseException:
+                if dm is not None and dm_started:
+                    dm.stop()
+                raise
+            self._start_retry()
+        if self._auto_churn and self._scenario.churn_interval_s > 0:
+            self.start_churn()
+        return self
+
+    def _serve(self, warmup: float) -> None:
+        with self._life:
             path = self._socket_path
             path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
             executor = ThreadPoolExecutor(
@@ -517,17 +673,21 @@ class SimKubelet:
                 server.start()
             self._server, self._executor = server, executor
             log.info("sim_kubelet_started", socket=str(path), scenario=self._scenario.name)
-        if self._auto_churn and self._scenario.churn_interval_s > 0:
-            self.start_churn()
-        return self
 
     def stop(self, *, remove_socket: bool = False) -> None:
         """Stop serving at once (in-flight calls are cancelled) and stop churn.
 
         The socket file stays on disk, stale, like a stopped kubelet's: clients get
-        ``UNAVAILABLE``. ``remove_socket`` removes it instead. Safe to call twice."""
+        ``UNAVAILABLE``. ``remove_socket`` removes it instead. Safe to call twice.
+        An owned device manager stops too (its ``kubelet.sock`` likewise)."""
+        self._stop(remove_socket=remove_socket, device_manager=True)
+
+    def _stop(self, *, remove_socket: bool, device_manager: bool) -> None:
         self.stop_churn()
         with self._life:
+            self._stop_retry()
+            if device_manager and self._dm is not None and self._dm_managed:
+                self._dm.stop(remove_socket=remove_socket)
             server, executor = self._server, self._executor
             self._server = self._executor = None
             path = self._socket_path
@@ -544,12 +704,15 @@ class SimKubelet:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
 
-    def restart(self, warmup: float = 0.1) -> None:
+    def restart(self, warmup: float = 0.1, *, device_manager: bool = True) -> None:
         """Stop, then start with a NEW socket inode and a ``warmup`` window. Churn that
-        was running goes on at the same interval."""
+        was running goes on at the same interval. An owned device manager restarts too
+        (unless ``device_manager`` is False), as with a real kubelet: the plugins' sockets
+        are deleted, its ``kubelet.sock`` re-created, plugins must register again, and
+        the pods keep their devices."""
         with self._life:
             churning = self._churn_thread is not None
-            self.stop()
+            self._stop(remove_socket=False, device_manager=device_manager)
             self.start(warmup=warmup)
             if churning and self._churn_thread is None:
                 self.start_churn(self._churn_interval)
