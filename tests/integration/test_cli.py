@@ -147,6 +147,16 @@ def test_demo_runs_a_realistic_node_and_stops_cleanly() -> None:
         assert any(dict(k)["pod"] for k in select(s, "podres_gpu_utilization_ratio"))
         assert any(dict(k)["pod"] for k in select(s, "podres_net_receive_bytes_total"))
         assert sample(s, "podres_nvml_available") == 1
+        # Pods asking for the plugin's resource were admitted through the real plugin.
+        vfs = wait_until(
+            lambda: select(
+                parse_samples(http_get(url + "/metrics")[2].decode()),
+                "podres_container_device_info",
+                resource="podres.io/rdma-vf",
+            ),
+            timeout=30,
+        )
+        assert all(dict(k)["namespace"] == "hpc" for k in vfs)
         # Churn: the set of pods changes over time.
         pods0 = {dict(k)["pod"] for k in select(s, "podres_container_device_info")}
         wait_until(

@@ -86,7 +86,9 @@ def test_demo_pods_cover_the_interesting_cases() -> None:
     node = Node.from_scenario(load_builtin("demo"))
     pods = node.pods
     containers = [c for p in pods for c in p.containers]
-    assert sum(1 for p in pods if not p.admitted) == 1
+    # One pod asks for more GPUs than exist; the hpc pods wait for the device plugin.
+    assert sum(1 for p in pods if not p.admitted and p.namespace != "hpc") == 1
+    assert [p.admitted for p in pods if p.namespace == "hpc"] == [False, False]
     assert sum(1 for c in containers if c.cpu_ids) >= 8
     assert any(not c.cpu_ids for p in pods if p.qos == "Guaranteed" for c in p.containers)
     assert any(c.kind == "sidecar" for c in containers)

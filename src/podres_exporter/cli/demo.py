@@ -17,6 +17,7 @@ from pathlib import Path
 
 from podres_exporter import logconf
 from podres_exporter.cli.export import Exporter, wait_for_signal
+from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
 from podres_exporter.errors import ConfigError
 from podres_exporter.settings import Settings, parse_duration
 from podres_exporter.sim import Scenario, ScenarioError, SimKubelet, builtin_names
@@ -37,6 +38,24 @@ def load_scenario(name_or_path: str) -> Scenario:
         return Scenario.load(name_or_path)
     except ScenarioError as err:
         raise ConfigError(f"--scenario: {err}") from err
+
+
+def _start_plugin(sim: SimKubelet, host: SimHost, tmp: Path) -> DevicePlugin | None:
+    """The real device plugin for the scenario's plugin resources, on the sim's kubelet."""
+    if sim.device_manager is None:
+        return None
+    config = tmp / "plugin.toml"
+    config.write_text(host.plugin_config())
+    plugin = build_plugin(
+        PluginSettings(
+            config_path=str(config),
+            device_plugin_dir=str(sim.device_manager.directory),
+            listen_address=("127.0.0.1", 0),
+            path_sysfs=str(host.sysfs),
+        )
+    )
+    plugin.start()
+    return plugin
 
 
 def _tick(host: SimHost, stop: threading.Event) -> None:
@@ -80,18 +99,25 @@ def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
             gpu_backend=host.gpu_backend(),
         )
         exporter.start()
-        print(
+        plugin = _start_plugin(sim, host, Path(tmp))
+        lines = [
             f"podres demo: simulated node {sc.name!r} ({sc.pod_count} pods, "
-            f"{len(sc.node.online_cpus)} CPUs on {sc.node.numa_nodes} NUMA nodes)\n"
-            f"  metrics:  {exporter.url}/metrics\n"
-            f"  snapshot: podres snapshot --kubelet-socket {sim.socket_path} --path.sysfs {sysfs}\n"
+            f"{len(sc.node.online_cpus)} CPUs on {sc.node.numa_nodes} NUMA nodes)",
+            f"  metrics:  {exporter.url}/metrics",
+        ]
+        if plugin is not None:
+            lines.append(f"  device plugin metrics: {plugin.url}/metrics")
+        lines += [
+            f"  snapshot: podres snapshot --kubelet-socket {sim.socket_path} --path.sysfs {sysfs}",
             "Ctrl-C to stop.",
-            flush=True,
-        )
+        ]
+        print("\n".join(lines), flush=True)
         try:
             reason = wait_for_signal()
         finally:
             exporter.stop("demo ended")
+            if plugin is not None:
+                plugin.stop("demo ended")
             stop_ticking.set()
             ticker.join(5)
             sim.stop(remove_socket=True)

@@ -27,7 +27,15 @@ from pathlib import Path
 
 from podres_exporter.ids import resolve
 from podres_exporter.model import Holder
-from podres_exporter.sim.devtree import bump_counters, devices_for_scenario, write_device_tree
+from podres_exporter.sim.devtree import (
+    NetStats,
+    NicPf,
+    NicVf,
+    bump_counters,
+    devices_for_scenario,
+    interface_name,
+    write_device_tree,
+)
 from podres_exporter.sim.node import PodState
 from podres_exporter.sim.server import SimKubelet
 from podres_exporter.sim.sysfs import write_sysfs
@@ -35,6 +43,8 @@ from podres_exporter.sources.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
 
 _TICKS = 100  # USER_HZ of the simulated /proc/stat
+_MLX_VENDOR = "0x15b3"  # Mellanox
+_MLX_VF = "0x101e"  # ConnectX-6 Dx virtual function
 
 
 def pod_uid(namespace: str, name: str) -> str:
@@ -74,7 +84,7 @@ class SimHost:
         scenario = sim.scenario
         self._rng = random.Random(scenario.seed if seed is None else seed)
         write_sysfs(scenario.node, self.sysfs)
-        write_device_tree(self.sysfs, devices_for_scenario(scenario))
+        write_device_tree(self.sysfs, [*devices_for_scenario(scenario), *self._plugin_hardware()])
         gpu_resources: dict[str, list[tuple[str, tuple[int, ...] | None]]] = defaultdict(list)
         for d in scenario.node.devices:
             if d.resource.startswith("nvidia.com/"):
@@ -92,6 +102,53 @@ class SimHost:
         self._total = dict.fromkeys(scenario.node.online_cpus, 0.0)
         self._lock = threading.Lock()
         self.refresh(seconds=0.0)
+
+    def _plugin_hardware(self) -> list[NicPf]:
+        """Hardware for the scenario's device-plugin resources to discover.
+
+        The k-th plugin resource gets one Mellanox ConnectX PF at bus 0xc4 + k with
+        seven SR-IOV VFs, on NUMA node k modulo the node's NUMA count; the plugin
+        finds them by vendor and device id (see :meth:`plugin_config`).
+        """
+        spec = self.sim.scenario.device_plugins
+        out = []
+        for k, _resource in enumerate(spec.resources if spec else ()):
+            bus = 0xC4 + k
+            vfs = tuple(
+                NicVf(
+                    f"0000:{bus:02x}:00.{f}",
+                    interface_name(f"0000:{bus:02x}:00.{f}"),
+                    driver="mlx5_core",
+                    vendor_id=_MLX_VENDOR,
+                    device_id=_MLX_VF,
+                    stats=NetStats(rx_bytes=self._rng.randrange(1 << 30)),
+                )
+                for f in range(1, 8)
+            )
+            out.append(
+                NicPf(
+                    f"0000:{bus:02x}:00.0",
+                    interface_name(f"0000:{bus:02x}:00.0"),
+                    numa=k % self.sim.scenario.node.numa_nodes,
+                    vfs=vfs,
+                    driver="mlx5_core",
+                    vendor_id=_MLX_VENDOR,
+                    device_id="0x101d",
+                )
+            )
+        return out
+
+    def plugin_config(self) -> str:
+        """A ``podres plugin`` resource file advertising :meth:`_plugin_hardware`."""
+        spec = self.sim.scenario.device_plugins
+        blocks = []
+        for k, resource in enumerate(spec.resources if spec else ()):
+            blocks.append(
+                f'[[resource]]\nname = "{resource}"\n'
+                f'[resource.discover]\nkind = "pci"\nvendor = "{_MLX_VENDOR}"\n'
+                f'device = "{_MLX_VF}"\n# PF bus 0x{0xC4 + k:02x}\n'
+            )
+        return '[plugin]\nhealth_interval = "500ms"\n\n' + "\n".join(blocks)
 
     def gpu_backend(self) -> NvmlBackend:
         """An NVML backend over this host's fake NVML."""

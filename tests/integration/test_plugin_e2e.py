@@ -1,0 +1,144 @@
+"""`podres plugin` as a subprocess against the simulated kubelet: admission through the
+plugin, the pod-resources view of what it allocated, health, a kubelet restart, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from podres_exporter.sim import Scenario, SimKubelet
+from podres_exporter.sim.hostfs import SimHost
+from podres_exporter.sources.kubelet import KubeletClient
+from tests.conftest import wait_until
+
+MakeSim = Callable[..., SimKubelet]
+VF = "podres.io/rdma-vf"
+SCENARIO = f"""
+name = "plugin-e2e"
+seed = 3
+[device_plugins]
+resources = ["{VF}"]
+resource_grace_s = 1.0
+[node]
+numa_nodes = 2
+cpus_per_numa_node = 8
+reserved_cpus = "0"
+[[pods]]
+namespace = "hpc"
+name = "mpi"
+[[pods.containers]]
+name = "rank"
+cpu = 2
+memory = "1Gi"
+devices = {{ "{VF}" = 2 }}
+"""
+
+
+def start_plugin(sim: SimKubelet, tmp_path: Path) -> subprocess.Popen[str]:
+    host = sim.host  # type: ignore[attr-defined]
+    config = tmp_path / "plugin.toml"
+    config.write_text(host.plugin_config())
+    assert sim.device_manager is not None
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "podres_exporter",
+            "plugin",
+            "--config",
+            str(config),
+            "--device-plugin-dir",
+            str(sim.device_manager.directory),
+            "--path.sysfs",
+            str(host.sysfs),
+            "--listen-address",
+            "127.0.0.1:0",
+            "--health-interval",
+            "200ms",
+            "--log-format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def held(sim: SimKubelet) -> dict[str, tuple[int, ...] | None]:
+    r = KubeletClient(str(sim.socket_path)).read()
+    return {
+        d.device_id: d.numa
+        for p in r.pods
+        if p.name == "mpi"
+        for c in p.containers
+        for d in c.devices
+    }
+
+
+def allocatable(sim: SimKubelet) -> set[str]:
+    r = KubeletClient(str(sim.socket_path)).read()
+    assert r.allocatable is not None
+    return {d.device_id for d in r.allocatable.devices if d.resource == VF}
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory: plugin socket paths must fit a unix socket's 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="pr-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_pods_are_admitted_through_the_real_plugin(short_dir: Path) -> None:
+    """The sim kubelet admits the pod through the plugin; List shows what Allocate chose;
+    a vanished VF turns unhealthy; a kubelet restart is survived; SIGTERM cleans up."""
+    sim = SimKubelet(Scenario.loads(SCENARIO), short_dir / "kubelet.sock")
+    sim.host = SimHost(sim, short_dir / "host", clock=None)  # type: ignore[attr-defined]
+    sim.start()
+    tmp_path = short_dir
+    dm = sim.device_manager
+    assert dm is not None
+    assert not sim.node.pod("hpc", "mpi").admitted, "no plugin yet: rejected at admission"
+    proc = start_plugin(sim, tmp_path)
+    try:
+        wait_until(lambda: sim.node.pod("hpc", "mpi").admitted, timeout=20)
+        devices = held(sim)
+        assert len(devices) == 2 and all(numa == (0,) for numa in devices.values())
+        (alloc,) = dm.allocations("hpc/mpi") or [a for a in dm.allocations() if a.resource == VF]
+        assert set(alloc.device_ids) == set(devices)
+        assert alloc.envs["PCIDEVICE_PODRES_IO_RDMA_VF"].split(",") == sorted(devices)
+        assert len(allocatable(sim)) == 7
+
+        # A free VF leaves sysfs: the plugin reports it unhealthy, the kubelet drops it.
+        free = sorted(allocatable(sim) - set(devices))[0]
+        (sim.host.sysfs / "bus" / "pci" / "devices" / free).unlink()  # type: ignore[attr-defined]
+        wait_until(lambda: free not in allocatable(sim), timeout=10)
+        assert dm.capacity(VF) == 7 and dm.allocatable(VF) == 6
+
+        # A kubelet restart: sockets deleted, kubelet.sock re-created; the plugin registers
+        # again by itself and the pod keeps its devices without a new Allocate.
+        registrations = len([r for r in dm.registrations if r.ok])
+        sim.restart(warmup=0)
+        wait_until(lambda: len([r for r in dm.registrations if r.ok]) > registrations, timeout=10)
+        wait_until(lambda: len(allocatable(sim)) == 6, timeout=10)
+        assert held(sim) == devices
+        assert len([a for a in dm.allocations() if a.resource == VF]) == 1
+        assert proc.poll() is None, "no crash"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        sim.stop()
+    assert proc.returncode == 0, err
+    assert "signal SIGTERM" in err
+    assert not [p for p in dm.directory.iterdir() if p.name.startswith("podres-")], (
+        "sockets removed"
+    )
