@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import gzip
+import json
+import shutil
+import socket
+import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import structlog
@@ -159,3 +164,65 @@ def make_exporter() -> Iterator[Callable[..., Exporter]]:
     yield factory
     for e in started:
         e.stop("test teardown")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        q = urllib.parse.urlencode({"query": promql})
+        status, _, body = http_get(f"{self.url}/api/v1/query?{q}")
+        assert status == 200, body
+        data = json.loads(body)
+        assert data["status"] == "success"
+        return list(data["data"]["result"])
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[[str | list[str]], Prometheus]]:
+    """Start the Debian `prometheus` binary scraping its targets every second."""
+    assert shutil.which("prometheus"), "install the Debian package prometheus"
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[IO[bytes]] = []
+
+    def start(targets: str | list[str]) -> Prometheus:
+        cfg = tmp_path / "prometheus.yml"
+        listed = ", ".join(f"'{t}'" for t in ([targets] if isinstance(targets, str) else targets))
+        cfg.write_text(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            "scrape_configs:\n  - job_name: podres\n    static_configs:\n"
+            f"      - targets: [{listed}]\n"
+        )
+        port = free_port()
+        log = (tmp_path / "prometheus.log").open("wb")
+        logs.append(log)
+        proc = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        prom = Prometheus(f"http://127.0.0.1:{port}")
+        wait_until(
+            lambda: proc.poll() is None and http_get(prom.url + "/-/ready")[0] == 200, timeout=30
+        )
+        return prom
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(10)
+    for f in logs:
+        f.close()

@@ -2,83 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import socket
-import subprocess
-import urllib.parse
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Callable
 
 import pytest
 
 from podres_exporter.cli.export import Exporter
 from podres_exporter.sim import SimKubelet
-from tests.conftest import http_get, scrape, select, wait_until
+from tests.conftest import Prometheus, http_get, scrape, select, wait_until
 
 pytestmark = pytest.mark.prometheus
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        q = urllib.parse.urlencode({"query": promql})
-        status, _, body = http_get(f"{self.url}/api/v1/query?{q}")
-        assert status == 200, body
-        data = json.loads(body)
-        assert data["status"] == "success"
-        return list(data["data"]["result"])
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
-    """Start the Debian `prometheus` binary scraping one target every second."""
-    assert shutil.which("prometheus"), "install the Debian package prometheus"
-    procs: list[subprocess.Popen[bytes]] = []
-    logs: list[IO[bytes]] = []
-
-    def start(target: str) -> Prometheus:
-        cfg = tmp_path / "prometheus.yml"
-        cfg.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-            "scrape_configs:\n  - job_name: podres\n    static_configs:\n"
-            f"      - targets: ['{target}']\n"
-        )
-        port = free_port()
-        log = (tmp_path / "prometheus.log").open("wb")
-        logs.append(log)
-        proc = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={cfg}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(proc)
-        prom = Prometheus(f"http://127.0.0.1:{port}")
-        wait_until(
-            lambda: proc.poll() is None and http_get(prom.url + "/-/ready")[0] == 200, timeout=30
-        )
-        return prom
-
-    yield start
-    for p in procs:
-        p.terminate()
-        p.wait(10)
-    for f in logs:
-        f.close()
 
 
 def test_prometheus_scrapes_pod_labelled_series(

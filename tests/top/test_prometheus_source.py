@@ -4,64 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import IO
+from collections.abc import Callable
 
 import pytest
 
 from podres_exporter.cli.export import Exporter
 from podres_exporter.sim import SimKubelet
 from podres_exporter.top import add_top_parser, run_top
-from tests.conftest import http_get, scrape, select, wait_until
-from tests.integration.test_prometheus import Prometheus, free_port
+from tests.conftest import Prometheus, http_get, scrape, select, wait_until
 
 pytestmark = pytest.mark.prometheus
-
-
-@pytest.fixture
-def prometheus_of(tmp_path: Path) -> Iterator[Callable[[list[str]], Prometheus]]:
-    """The Debian `prometheus` binary scraping several targets every second."""
-    assert shutil.which("prometheus"), "install the Debian package prometheus"
-    procs: list[subprocess.Popen[bytes]] = []
-    logs: list[IO[bytes]] = []
-
-    def start(targets: list[str]) -> Prometheus:
-        cfg = tmp_path / "prometheus.yml"
-        listed = ", ".join(f"'{t}'" for t in targets)
-        cfg.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-            "scrape_configs:\n  - job_name: podres\n    static_configs:\n"
-            f"      - targets: [{listed}]\n"
-        )
-        port = free_port()
-        log = (tmp_path / "prometheus.log").open("wb")
-        logs.append(log)
-        proc = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={cfg}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(proc)
-        prom = Prometheus(f"http://127.0.0.1:{port}")
-        wait_until(
-            lambda: proc.poll() is None and http_get(prom.url + "/-/ready")[0] == 200, timeout=30
-        )
-        return prom
-
-    yield start
-    for p in procs:
-        p.terminate()
-        p.wait(10)
-    for f in logs:
-        f.close()
 
 
 def top_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -76,14 +28,14 @@ def top_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
 def test_prometheus_shows_every_node_with_the_numbers_each_exporter_serves(
     make_sim: Callable[..., SimKubelet],
     make_exporter: Callable[..., Exporter],
-    prometheus_of: Callable[[list[str]], Prometheus],
+    prometheus: Callable[[list[str]], Prometheus],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Two nodes by instance; free CPUs, free devices, holders equal /metrics; busy from rate()."""
     exporters = [make_exporter(make_sim("demo")), make_exporter(make_sim("minimal"))]
     wait_until(lambda: all(http_get(e.url + "/readyz")[0] == 200 for e in exporters))
     instances = [e.url.removeprefix("http://") for e in exporters]
-    prom = prometheus_of(instances)
+    prom = prometheus(instances)
     # Every busy counter of both nodes scraped twice: rate() has a value for each.
     busy = sum(len(select(scrape(e.url), "podres_cpu_busy_seconds_total")) for e in exporters)
     wait_until(
