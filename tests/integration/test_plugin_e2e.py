@@ -142,3 +142,66 @@ def test_pods_are_admitted_through_the_real_plugin(short_dir: Path) -> None:
     assert not [p for p in dm.directory.iterdir() if p.name.startswith("podres-")], (
         "sockets removed"
     )
+
+
+def test_kubelet_restart_in_the_middle_of_allocations(short_dir: Path) -> None:
+    """Allocate calls in flight while the kubelet restarts: each answers or fails cleanly,
+    the plugin re-registers by itself, and the next pod is admitted through it."""
+    import threading
+
+    import grpc
+
+    from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as dp
+    from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+    from podres_exporter.sim import ContainerSpec, PodSpec
+
+    sim = SimKubelet(Scenario.loads(SCENARIO), short_dir / "kubelet.sock")
+    sim.host = SimHost(sim, short_dir / "host", clock=None)  # type: ignore[attr-defined]
+    sim.start()
+    dm = sim.device_manager
+    assert dm is not None
+    proc = start_plugin(sim, short_dir)
+    outcomes: list[str] = []
+    stop = threading.Event()
+    try:
+        wait_until(lambda: sim.node.pod("hpc", "mpi").admitted, timeout=20)
+        endpoint = dm.directory / str(dm.endpoint(VF))
+        ids = sorted(allocatable(sim))[:1]
+
+        def hammer() -> None:
+            with grpc.insecure_channel(f"unix://{endpoint}") as channel:
+                stub = dp_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+                request = dp.AllocateRequest(
+                    container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]
+                )
+                while not stop.is_set():
+                    try:
+                        stub.Allocate(request, timeout=2)
+                        outcomes.append("OK")
+                    except grpc.RpcError as err:
+                        outcomes.append(err.code().name)
+
+        worker = threading.Thread(target=hammer)
+        worker.start()
+        wait_until(lambda: "OK" in outcomes)
+        before = len([r for r in dm.registrations if r.ok])
+        sim.restart(warmup=0)
+        wait_until(lambda: len([r for r in dm.registrations if r.ok]) > before, timeout=10)
+        stop.set()
+        worker.join(10)
+        assert set(outcomes) <= {"OK", "UNAVAILABLE", "CANCELLED"}, set(outcomes)
+        assert proc.poll() is None, "the plugin did not crash"
+        # Until the new stream delivers, a real kubelet rejects such pods too.
+        wait_until(lambda: dm.allocatable(VF) == 7, timeout=10)
+        spec = PodSpec.of(
+            "hpc", "late", ContainerSpec.of("rank", cpu=1, memory="1Gi", devices={VF: 1})
+        )
+        admitted = sim.admit(spec)
+        assert admitted.admitted, admitted.message
+        assert held(sim) and len(allocatable(sim)) == 7
+    finally:
+        stop.set()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+        sim.stop()
+    assert proc.returncode == 0
