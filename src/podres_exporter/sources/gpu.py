@@ -67,7 +67,6 @@ so an NVLink pair is closer than any PCIe path and more links are closer still.
 from __future__ import annotations
 
 import ctypes
-import re
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -78,6 +77,7 @@ from typing import Any, Final, Protocol
 import structlog
 
 from podres_exporter.errors import SourceError
+from podres_exporter.ids import normalize_pci
 from podres_exporter.telemetry import GpuInventory, GpuProcess, GpuReading
 
 __all__ = [
@@ -129,10 +129,6 @@ _CLOCK_EVENT_REASONS: Final[tuple[tuple[str, str, str], ...]] = (
         "nvmlClocksThrottleReasonDisplayClockSetting",
         "display_clocks_setting",
     ),
-)
-
-_PCI_BUS_ID = re.compile(
-    r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$"
 )
 
 
@@ -205,12 +201,7 @@ class GpuBackend(Protocol):
 def pci_bus_id_from_nvml(bus_id: str | bytes) -> str | None:
     """NVML's ``"00000000:17:00.0"`` -> ``"0000:17:00.0"``; None if it is not a bus id."""
     text = bus_id.decode(errors="replace") if isinstance(bus_id, bytes) else bus_id
-    m = _PCI_BUS_ID.match(text.strip())
-    if m is None:
-        return None
-    domain = int(m.group(1) or "0", 16)
-    bus, dev = int(m.group(2), 16), int(m.group(3), 16)
-    return f"{domain:04x}:{bus:02x}:{dev:02x}.{m.group(4)}"
+    return normalize_pci(text.strip("\x00 \n"))
 
 
 def open_nvml_backend(
