@@ -211,6 +211,34 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def resolve(
+    opt: Option,
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    file_values: Mapping[str, Any] | None = None,
+    file_path: str | None = None,
+) -> Any:
+    """One option's parsed value: flag > environment > config file > default.
+
+    A default of None stays None (the option is unset). ConfigError names the flag and
+    where the bad value came from.
+    """
+    if flags.get(opt.flag) is not None:
+        raw, origin = flags[opt.flag], f"flag {opt.flag}"
+    elif opt.env in env:
+        raw, origin = env[opt.env], f"environment variable {opt.env}"
+    elif file_values is not None and opt.key in file_values:
+        raw, origin = file_values[opt.key], f"key {opt.key!r} of config file {file_path}"
+    elif opt.default is None:
+        return None
+    else:
+        raw, origin = opt.default, "default"
+    try:
+        return opt.parse(raw)
+    except ValueError as err:
+        raise ConfigError(f"invalid value for {opt.flag} (from {origin}): {err}") from err
+
+
 def read_config_file(path: str) -> dict[str, Any]:
     """The config file's keys, flattened (``[path] sysfs`` -> ``path.sysfs``)."""
     try:
@@ -244,20 +272,7 @@ def build(
             raise ConfigError(
                 f"config file {path}: unknown key {key!r} (known: {', '.join(sorted(known))})"
             )
-    values: dict[str, Any] = {}
-    for opt in OPTIONS:
-        if opt.flag in flags and flags[opt.flag] is not None:
-            raw, origin = flags[opt.flag], f"flag {opt.flag}"
-        elif opt.env in env:
-            raw, origin = env[opt.env], f"environment variable {opt.env}"
-        elif opt.key in file_values:
-            raw, origin = file_values[opt.key], f"key {opt.key!r} of config file {path}"
-        else:
-            raw, origin = opt.default, "default"
-        try:
-            values[opt.attr] = opt.parse(raw)
-        except ValueError as err:
-            raise ConfigError(f"invalid value for {opt.flag} (from {origin}): {err}") from err
+    values = {opt.attr: resolve(opt, flags, env, file_values, path) for opt in OPTIONS}
     collectors: dict[str, bool] = {}
     for name in collector_names:
         env_key = "PODRES_COLLECTOR_" + name.upper()

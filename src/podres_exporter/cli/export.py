@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
+from collections.abc import Callable
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -57,13 +59,11 @@ def build_sources(
     if "gpu" in names and gpu_backend is not None:
         sources["gpu"] = gpu_source(gpu_backend, settings)
     if names & {"pci", "net", "infiniband", "drm"}:
-        sources["sysfs"] = partial(
-            lambda root: {"devices": read_devices(root)}, settings.path_sysfs
-        )
+        sysfs = settings.path_sysfs
+        sources["sysfs"] = lambda: {"devices": read_devices(sysfs)}
     if "cpu_usage" in names:
-        sources["cpu"] = partial(
-            lambda root: {"cpu_times": read_cpu_times(root)}, settings.path_procfs
-        )
+        procfs = settings.path_procfs
+        sources["cpu"] = lambda: {"cpu_times": read_cpu_times(procfs)}
     return sources
 
 
@@ -74,6 +74,53 @@ def default_gpu_backend() -> GpuBackend:
     return open_nvml_backend()
 
 
+# The pieces every reader of the node composes the same way: the exporter, podres top's
+# local source and podres snapshot.
+
+
+def enabled_collectors(settings: Settings) -> tuple[Collector, ...]:
+    """The collectors switched on by the settings; ConfigError for an unknown name."""
+    try:
+        return collectors.select(settings.collectors)
+    except KeyError as err:
+        raise ConfigError(f"unknown collector {err.args[0]!r}") from err
+
+
+def gpu_backend_for(
+    enabled: tuple[Collector, ...], gpu_backend: GpuBackend | None
+) -> GpuBackend | None:
+    """``gpu_backend``, else NVML when the gpu collector is on, else none (NVML not opened)."""
+    if gpu_backend is None and any(c.name == "gpu" for c in enabled):
+        return default_gpu_backend()
+    return gpu_backend
+
+
+def kubelet_client(
+    settings: Settings, *, wall_clock: Callable[[], float] = time.time
+) -> KubeletClient:
+    """The pod-resources client the settings describe."""
+    return KubeletClient(
+        settings.kubelet_socket,
+        max_message_bytes=settings.kubelet_max_message_bytes,
+        timeout_s=settings.kubelet_timeout_s,
+        wall_clock=wall_clock,
+    )
+
+
+def telemetry_runner(
+    settings: Settings,
+    enabled: tuple[Collector, ...],
+    gpu_backend: GpuBackend | None,
+    *,
+    wall_clock: Callable[[], float] = time.time,
+) -> SourceRunner | None:
+    """The telemetry sources the enabled collectors need, run side by side; None if none."""
+    sources = build_sources(settings, enabled, gpu_backend)
+    if not sources:
+        return None
+    return SourceRunner(sources, timeout_s=settings.source_timeout_s, wall_clock=wall_clock)
+
+
 class Exporter:
     """The running exporter: poller thread + HTTP server thread.
 
@@ -82,21 +129,11 @@ class Exporter:
     """
 
     def __init__(self, settings: Settings, *, gpu_backend: GpuBackend | None = None) -> None:
-        try:
-            enabled = collectors.select(settings.collectors)
-        except KeyError as err:
-            raise ConfigError(f"unknown collector {err.args[0]!r}") from err
-        if gpu_backend is None and any(c.name == "gpu" for c in enabled):
-            gpu_backend = default_gpu_backend()
-        self.gpu_backend = gpu_backend
-        sources = build_sources(settings, enabled, gpu_backend)
+        enabled = enabled_collectors(settings)
+        self.gpu_backend = gpu_backend = gpu_backend_for(enabled, gpu_backend)
         self.settings = settings
         self.store = Store()
-        self.client = KubeletClient(
-            settings.kubelet_socket,
-            max_message_bytes=settings.kubelet_max_message_bytes,
-            timeout_s=settings.kubelet_timeout_s,
-        )
+        self.client = kubelet_client(settings)
         self.poller = Poller(
             self.client,
             partial(read_topology, settings.path_sysfs),
@@ -104,9 +141,7 @@ class Exporter:
             interval_s=settings.poll_interval_s,
             backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s),
             empty_confirm_s=settings.empty_confirm_s,
-            telemetry=SourceRunner(sources, timeout_s=settings.source_timeout_s)
-            if sources
-            else None,
+            telemetry=telemetry_runner(settings, enabled, gpu_backend),
             gpu_resources=settings.gpu_resources,
         )
         self.exposition = Exposition(self.store, enabled, __version__)

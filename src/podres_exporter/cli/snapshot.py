@@ -6,13 +6,11 @@ import json
 import sys
 
 from podres_exporter import collectors, logconf
-from podres_exporter.cli.export import build_sources, default_gpu_backend
+from podres_exporter.cli.export import default_gpu_backend, kubelet_client, telemetry_runner
 from podres_exporter.errors import ConfigError, KubeletError, KubeletUnavailable, SourceError
 from podres_exporter.model import NodeTopology, Snapshot
-from podres_exporter.poller import SourceRunner
 from podres_exporter.report import to_dict
 from podres_exporter.settings import Settings
-from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.sysfs import read_topology
 from podres_exporter.telemetry import Telemetry
 from podres_exporter.view import NodeView
@@ -21,9 +19,8 @@ from podres_exporter.view import NodeView
 def read_telemetry(settings: Settings) -> Telemetry:
     """Every telemetry source once (NVML on the real driver, sysfs, procfs)."""
     backend = default_gpu_backend()
-    runner = SourceRunner(
-        build_sources(settings, collectors.ALL, backend), timeout_s=settings.source_timeout_s
-    )
+    runner = telemetry_runner(settings, collectors.ALL, backend)
+    assert runner is not None  # every collector is on: every source runs
     try:
         runner.start()
         return runner.collect()
@@ -42,11 +39,7 @@ def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool 
     except SourceError as err:
         print(f"podres snapshot: warning: {err} (set --path.sysfs)", file=sys.stderr)
         topology = NodeTopology(online_cpus=frozenset())
-    client = KubeletClient(
-        settings.kubelet_socket,
-        max_message_bytes=settings.kubelet_max_message_bytes,
-        timeout_s=settings.kubelet_timeout_s,
-    )
+    client = kubelet_client(settings)
     try:
         reading = client.read()
         found = None

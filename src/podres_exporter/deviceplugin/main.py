@@ -37,6 +37,7 @@ from podres_exporter.settings import (
     parse_log_format,
     parse_log_level,
     parse_path,
+    resolve,
 )
 
 if TYPE_CHECKING:
@@ -143,19 +144,7 @@ def plugin_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> PluginSet
     """PluginSettings from parsed arguments and the environment; ConfigError names the
     flag and where the bad value came from."""
     raw: dict[str, Any] = vars(ns)
-    values: dict[str, Any] = {}
-    for opt in PLUGIN_OPTIONS:
-        if raw.get(opt.flag) is not None:
-            value, origin = raw[opt.flag], f"flag {opt.flag}"
-        elif opt.env in env:
-            value, origin = env[opt.env], f"environment variable {opt.env}"
-        else:
-            values[opt.attr] = None if opt.default is None else opt.parse(opt.default)
-            continue
-        try:
-            values[opt.attr] = opt.parse(value)
-        except ValueError as err:
-            raise ConfigError(f"invalid value for {opt.flag} (from {origin}): {err}") from err
+    values = {opt.attr: resolve(opt, raw, env) for opt in PLUGIN_OPTIONS}
     config_path = raw.get("config") or env.get(CONFIG_ENV)
     if not config_path:
         raise ConfigError(f"--config FILE is required (or the environment variable {CONFIG_ENV})")

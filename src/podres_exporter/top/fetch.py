@@ -138,35 +138,22 @@ class LocalSource:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         # Deferred: the exporter's machinery (gRPC, the collectors) is for this source only.
-        from podres_exporter import collectors
-        from podres_exporter.cli.export import build_sources, default_gpu_backend
-        from podres_exporter.poller import SourceRunner
-        from podres_exporter.sources.kubelet import KubeletClient
+        from podres_exporter.cli.export import (
+            enabled_collectors,
+            gpu_backend_for,
+            kubelet_client,
+            telemetry_runner,
+        )
 
         self.settings = settings
         self.description = f"kubelet {settings.kubelet_socket}"
         self.origin = node_name
         self._wall = wall_clock
-        try:
-            self._enabled = collectors.select(settings.collectors)
-        except KeyError as err:
-            raise ConfigError(f"unknown collector {err.args[0]!r}") from err
+        self._enabled = enabled_collectors(settings)
         check_socket(settings.kubelet_socket)
-        if gpu_backend is None and any(c.name == "gpu" for c in self._enabled):
-            gpu_backend = default_gpu_backend()
-        self._gpu_backend = gpu_backend
-        sources = build_sources(settings, self._enabled, gpu_backend)
-        self._runner = (
-            SourceRunner(sources, timeout_s=settings.source_timeout_s, wall_clock=wall_clock)
-            if sources
-            else None
-        )
-        self._client = KubeletClient(
-            settings.kubelet_socket,
-            max_message_bytes=settings.kubelet_max_message_bytes,
-            timeout_s=settings.kubelet_timeout_s,
-            wall_clock=wall_clock,
-        )
+        self._gpu_backend = gpu_backend = gpu_backend_for(self._enabled, gpu_backend)
+        self._runner = telemetry_runner(settings, self._enabled, gpu_backend, wall_clock=wall_clock)
+        self._client = kubelet_client(settings, wall_clock=wall_clock)
         self._view: NodeView | None = None
         self._generation = 0
 
