@@ -73,6 +73,7 @@ class MiniKubelet:
         self.events: list[str] = []  # "register:<res>", "options:<res>", "registered:<res>"
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
+        self.drop_newer_on_end = True
 
     # -- lifecycle
 
@@ -195,8 +196,25 @@ class MiniKubelet:
         finally:
             with self._cond:
                 stream.ended = True
+                # As the real kubelet (1.28) does: when a client's stream ends, the client
+                # registered under the resource NAME is disconnected, which is the newer
+                # endpoint when the plugin registered again before the old stream ended.
+                newest = next((x for x in reversed(self.streams) if x.resource == stream.resource),
+                              None)  # fmt: skip
                 self._cond.notify_all()
             stream.channel.close()
+            stale = newest is not stream and newest is not None and newest.call is not None
+            if self.drop_newer_on_end and stale:
+                newest.call.cancel()
+
+    def drop_stream(self, resource: str) -> None:
+        """End the live stream of ``resource`` from the kubelet's side (as the kubelet does
+        when it disconnects a client), without restarting."""
+        with self._cond:
+            live = [s for s in self.streams if s.resource == resource and not s.ended]
+        for s in live:
+            if s.call is not None:
+                s.call.cancel()
 
     # -- observing
 

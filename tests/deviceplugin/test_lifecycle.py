@@ -169,6 +169,42 @@ def test_a_kubelet_restart_gets_a_fresh_socket_registered_within_2s(
     assert restarts == 1
 
 
+def test_kubelet_restarts_get_one_registration_each_and_a_live_stream(
+    make_kubelet: Any, make_plugin: Any
+) -> None:
+    """Five kubelet restarts: each gets exactly one registration, and the kubelet ends up
+    with a live stream each time (a second registration right after the first makes the
+    kubelet disconnect the newer endpoint when the older stream ends)."""
+    kubelet = make_kubelet()
+    make_plugin()
+    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
+    for n in range(2, 7):
+        kubelet.restart()
+        kubelet.wait_for(lambda n=n: len(kubelet.ok_registrations()) >= n and kubelet.devices(
+            RESOURCE))  # fmt: skip
+        time.sleep(0.5)  # a second, spurious registration would come within this
+        assert len(kubelet.ok_registrations()) == n
+        assert kubelet.devices(RESOURCE) == HEALTHY_VFS
+
+
+def test_a_stream_ended_by_the_kubelet_is_registered_again(
+    make_kubelet: Any, make_plugin: Any
+) -> None:
+    """The kubelet ends ListAndWatch without restarting (it never dials again by itself):
+    the plugin registers again and the devices flow."""
+    kubelet = make_kubelet()
+    plugin = make_plugin()
+    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
+    kubelet.drop_stream(RESOURCE)
+    kubelet.wait_for(lambda: kubelet.streams[0].ended)
+    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2 and kubelet.devices(RESOURCE))
+    assert kubelet.devices(RESOURCE) == HEALTHY_VFS
+    registered = plugin.metrics.registry.get_sample_value(
+        "podres_plugin_registered", {"resource": RESOURCE}
+    )
+    assert registered == 1
+
+
 def test_a_deleted_plugin_socket_is_served_and_registered_again(
     make_kubelet: Any, make_plugin: Any
 ) -> None:

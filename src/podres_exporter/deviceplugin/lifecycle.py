@@ -46,6 +46,7 @@ from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Board
 from podres_exporter.deviceplugin.servicer import DevicePluginServicer, plugin_options
 from podres_exporter.errors import PodresError
+from podres_exporter.fileid import FileIdentity, file_identity
 
 __all__ = [
     "API_VERSION",
@@ -54,8 +55,6 @@ __all__ = [
     "PluginManager",
     "RegistrationError",
     "ResourcePlugin",
-    "SocketIdentity",
-    "socket_identity",
 ]
 
 log = structlog.get_logger(__name__)
@@ -65,11 +64,6 @@ KUBELET_SOCKET: Final = "kubelet.sock"
 # A unix socket path longer than this does not fit sockaddr_un on Linux.
 _MAX_SOCKET_PATH: Final = 107
 
-SocketIdentity = tuple[int, int]
-"""(device, inode) of a socket file. A re-created file could get the old inode
-number back; the kubelet also deletes every plugin socket when it starts, so the
-plugin sees that restart by its own socket vanishing."""
-
 
 class RegistrationError(PodresError):
     """The kubelet refused the registration or could not be reached."""
@@ -77,15 +71,6 @@ class RegistrationError(PodresError):
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def socket_identity(path: str) -> SocketIdentity | None:
-    """The identity of the file at ``path``, or None when there is none."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
 
 
 def _is_socket(path: str) -> bool:
@@ -106,14 +91,14 @@ class KubeletWatch:
         self._metrics = metrics
         self._poll_s = poll_s
         self._cond = threading.Condition()
-        self._identity = socket_identity(path)
+        self._identity = file_identity(path)
         self._last_present = self._identity
         self._generation = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
-    def identity(self) -> SocketIdentity | None:
+    def identity(self) -> FileIdentity | None:
         with self._cond:
             return self._identity
 
@@ -124,7 +109,7 @@ class KubeletWatch:
 
     def poll(self) -> None:
         """Look at the socket once (the thread does this every ``poll_s``)."""
-        now = socket_identity(self.path)
+        now = file_identity(self.path)
         with self._cond:
             if now == self._identity:
                 return
@@ -175,7 +160,7 @@ class _Served:
     executor: ThreadPoolExecutor
     servicer: DevicePluginServicer
     path: str
-    identity: SocketIdentity | None
+    identity: FileIdentity | None
 
     @property
     def endpoint(self) -> str:
@@ -224,11 +209,12 @@ class ResourcePlugin:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._served: _Served | None = None
-        self._registered_with: SocketIdentity | None = None
+        self._registered_with: FileIdentity | None = None
         self._thread: threading.Thread | None = None
         self._dir_missing_logged = False
         self._serve_retry_at = 0.0  # after a failed serve, not before this (monotonic)
         self._serve_backoff = timing.backoff_initial_s
+        self._stream_lost = threading.Event()
         self.registrations = 0
 
     # -- state, for tests and /readyz
@@ -264,17 +250,32 @@ class ResourcePlugin:
         self._metrics.set_registered(self.resource.name, False)
 
     def _run(self) -> None:
-        backoff = self._timing.backoff_initial_s
+        backoff = lost_backoff = self._timing.backoff_initial_s
         next_attempt = 0.0
-        seen_kubelet = self._watch.identity
+        kubelet_path = os.path.join(os.path.abspath(self._dir), KUBELET_SOCKET)
+        seen_kubelet = file_identity(kubelet_path)
         while not self._stop.is_set():
             generation = self._watch.generation
-            kubelet = self._watch.identity
+            # Read afresh, not the watch's copy, which can lag behind a registration that
+            # already went to the new kubelet (a re-serve then would register twice, and
+            # the kubelet drops the newer endpoint when the older one's stream ends).
+            kubelet = file_identity(kubelet_path)
             try:
                 if kubelet != seen_kubelet:  # a new kubelet: serve and register at once
                     seen_kubelet = kubelet
                     backoff, next_attempt = self._timing.backoff_initial_s, 0.0
+                    lost_backoff = backoff
                     self._serve_retry_at, self._serve_backoff = 0.0, backoff
+                if self._stream_lost.is_set():
+                    # The kubelet ended our ListAndWatch: it never dials again by itself.
+                    self._stream_lost.clear()
+                    with self._lock:
+                        was_registered, self._registered_with = self._registered_with, None
+                    if was_registered is not None and not self._stop.is_set():
+                        self._metrics.set_registered(self.resource.name, False)
+                        log.warning("list_and_watch_lost", resource=self.resource.name)
+                        next_attempt = time.monotonic() + lost_backoff
+                        lost_backoff = min(lost_backoff * 2, self._timing.backoff_max_s)
                 if self._ensure_served(kubelet):
                     backoff, next_attempt = self._timing.backoff_initial_s, 0.0
                 with self._lock:
@@ -285,7 +286,7 @@ class ResourcePlugin:
                     and kubelet is not None
                     and time.monotonic() >= next_attempt
                 ):
-                    if self._register(kubelet):
+                    if self._register():
                         backoff = self._timing.backoff_initial_s
                     else:
                         next_attempt = time.monotonic() + backoff * random.uniform(0.8, 1.2)
@@ -296,7 +297,7 @@ class ResourcePlugin:
                 backoff = min(backoff * 2, self._timing.backoff_max_s)
             self._watch.wait(generation, self._timing.tick_s)
 
-    def _ensure_served(self, kubelet: SocketIdentity | None) -> bool:
+    def _ensure_served(self, kubelet: FileIdentity | None) -> bool:
         """Serve a fresh socket when there is none, ours vanished, or the kubelet we
         registered with was replaced. True when a new socket is being served."""
         with self._lock:
@@ -304,7 +305,7 @@ class ResourcePlugin:
         reason: str | None = None
         if served is None:
             reason = "start"
-        elif socket_identity(served.path) != served.identity:
+        elif file_identity(served.path) != served.identity:
             reason = "socket_vanished"
             log.warning("plugin_socket_vanished", resource=self.resource.name, socket=served.path)
         elif registered_with is not None and kubelet is not None and kubelet != registered_with:
@@ -360,7 +361,11 @@ class ResourcePlugin:
         )
         server = grpc.server(executor)
         servicer = DevicePluginServicer(
-            self.resource, self._board, self._metrics, recheck=self._recheck
+            self.resource,
+            self._board,
+            self._metrics,
+            recheck=self._recheck,
+            on_stream_lost=self._stream_lost.set,
         )
         pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         try:
@@ -372,7 +377,7 @@ class ResourcePlugin:
             executor.shutdown(wait=False)
             return None
         server.start()
-        served = _Served(server, executor, servicer, path, socket_identity(path))
+        served = _Served(server, executor, servicer, path, file_identity(path))
         try:
             self._self_dial(path)
         except grpc.RpcError as err:
@@ -401,20 +406,20 @@ class ResourcePlugin:
         self._board.poke()
         served.server.stop(self._timing.grace_s).wait(self._timing.grace_s + 1)
         served.executor.shutdown(wait=False, cancel_futures=True)
-        if served.identity is not None and socket_identity(served.path) == served.identity:
+        if served.identity is not None and file_identity(served.path) == served.identity:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(served.path)
 
     # -- registering
 
-    def _register(self, kubelet: SocketIdentity) -> bool:
+    def _register(self) -> bool:
         with self._lock:
             served = self._served
         if served is None:
             return False
         name = self.resource.name
         try:
-            self._call_register(served.endpoint)
+            kubelet = self._call_register(served.endpoint)
         except RegistrationError as err:
             self._metrics.registration(name, ok=False)
             log.warning(
@@ -434,9 +439,11 @@ class ResourcePlugin:
         log.info("plugin_registered", resource=name, endpoint=served.endpoint)
         return True
 
-    def _call_register(self, endpoint: str) -> None:
+    def _call_register(self, endpoint: str) -> FileIdentity:
+        """Register ``endpoint``; the identity of the kubelet socket that answered."""
         kubelet_path = os.path.join(os.path.abspath(self._dir), KUBELET_SOCKET)
-        if not _is_socket(kubelet_path):
+        kubelet = file_identity(kubelet_path)
+        if kubelet is None or not _is_socket(kubelet_path):
             raise RegistrationError(f"no kubelet socket at {kubelet_path}", code="UNAVAILABLE")
         request = pb.RegisterRequest(
             version=API_VERSION,
@@ -455,6 +462,7 @@ class ResourcePlugin:
                 raise RegistrationError(
                     f"Register with {kubelet_path}: {_rpc_text(err)}", code=code
                 ) from err
+        return kubelet
 
 
 def _rpc_text(err: grpc.RpcError) -> str:

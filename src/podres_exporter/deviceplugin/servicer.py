@@ -85,7 +85,8 @@ def _device_key(inventory: ResourceInventory) -> tuple[tuple[str, bool, tuple[in
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """One resource's DevicePlugin service. ``recheck`` runs a health check now (for
-    PreStartContainer); every method is safe to call from many threads at once."""
+    PreStartContainer); ``on_stream_lost`` is called when the kubelet ends a ListAndWatch
+    stream that we did not close. Every method is safe to call from many threads at once."""
 
     def __init__(
         self,
@@ -94,11 +95,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         metrics: PluginMetrics,
         *,
         recheck: Callable[[], None] | None = None,
+        on_stream_lost: Callable[[], None] | None = None,
     ) -> None:
         self._resource = resource
         self._board = board
         self._metrics = metrics
         self._recheck = recheck
+        self._on_stream_lost = on_stream_lost
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -135,6 +138,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         finally:
             self._metrics.stream_closed(name)
             log.info("list_and_watch_ended", resource=name)
+            ours = board.closed or self._closed.is_set()
+            if not ours and self._on_stream_lost is not None:
+                self._on_stream_lost()  # the kubelet ended it: it will not dial again
 
     def GetPreferredAllocation(  # noqa: N802 - the gRPC method name
         self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext

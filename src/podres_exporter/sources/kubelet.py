@@ -40,6 +40,7 @@ from podres_exporter.errors import (
     KubeletTimeout,
     KubeletUnavailable,
 )
+from podres_exporter.fileid import FileIdentity, file_identity
 from podres_exporter.model import (
     Allocatable,
     ApiVersion,
@@ -236,14 +237,6 @@ class _Stats:
 # ---------------------------------------------------------------- client
 
 
-def _socket_inode(path: str) -> int | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino
-
-
 class KubeletClient:
     """Reads the pod-resources API. Not thread-safe: one poller owns it.
 
@@ -268,7 +261,7 @@ class KubeletClient:
         self._wall = wall_clock
         self._stats = _Stats()
         self._channel: grpc.Channel | None = None
-        self._inode: int | None = None
+        self._inode: FileIdentity | None = None
         self._v1: Any = None
         self._v1alpha1: Any = None
         self.api_version = ApiVersion.V1
@@ -279,7 +272,7 @@ class KubeletClient:
 
     def _connect(self) -> None:
         """(Re)build the channel when there is none or the socket has a new inode."""
-        inode = _socket_inode(self.socket_path)
+        inode = file_identity(self.socket_path)
         if inode is None:
             raise KubeletUnavailable(
                 f"kubelet socket {self.socket_path} does not exist (set --kubelet-socket)",
