@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint fmt proto system-deps bench clean
+.PHONY: demo test lint fmt proto system-deps bench clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ proto: $(STAMP)
 ## bench: the performance benchmark (see docs/performance.md)
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+
+## image: the container image, tagged $(IMAGE) (podman, else docker); IMAGE=... to retag,
+## IMAGE_BUILD_FLAGS=... for extra build flags (network, build secrets: see the Dockerfile)
+image: VERSION = $(shell $(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+image: IMAGE ?= ghcr.io/podres-exporter/podres-exporter:$(VERSION)
+image: CONTAINER_ENGINE ?= $(if $(shell command -v podman),podman,docker)
+image:
+	$(CONTAINER_ENGINE) build -f Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) $(IMAGE_BUILD_FLAGS) .
 
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v tmux >/dev/null; then \
