@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# checkov (the manifests' security linter, run by the tests) pins packaging<24, which the test
+# tools cannot use: it gets a virtualenv of its own, pinned, since new releases add checks.
+CHECKOV_VENV  := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint fmt proto system-deps bench clean image
@@ -13,12 +17,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+$(CHECKOV_STAMP):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q checkov==3.3.30
+	touch $(CHECKOV_STAMP)
+
 ## demo: run the exporter against the built-in simulated node (Ctrl-C to stop)
 demo: $(STAMP)
 	$(BIN)/podres demo
 
 ## test: the whole test suite (needs promtool, prometheus and tmux: installed when missing)
-test: $(STAMP) system-deps
+test: $(STAMP) $(CHECKOV_STAMP) system-deps
 	$(BIN)/pytest
 
 ## lint: ruff, formatting, mypy --strict and the import layering contracts
@@ -55,4 +64,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

@@ -1,0 +1,588 @@
+"""The rendered manifests: valid against the Kubernetes 1.28 API and the Prometheus Operator's
+CRDs, and hardened as docs/deploy.md says, so that none of it can regress unnoticed."""
+
+from __future__ import annotations
+
+import copy
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from podres_exporter.deviceplugin.config import DiscoverKind, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+CRDS = Path(__file__).resolve().parent / "crds"
+
+KUBERNETES_VERSION = "1.28"
+MONITORING_GROUP = "monitoring.coreos.com"
+
+IMAGE = "ghcr.io/podres-exporter/podres-exporter"
+NAMESPACE = "podres-system"
+PART_OF = {"app.kubernetes.io/part-of": "podres-exporter"}
+COMMON_LABELS = {**PART_OF, "app.kubernetes.io/managed-by": "kustomize"}
+
+Doc = dict[str, Any]
+Render = Callable[[str], list[Doc]]
+
+
+@dataclass(frozen=True)
+class Agent:
+    """What one DaemonSet must be."""
+
+    name: str
+    component: str
+    container: str
+    args: tuple[str, ...]
+    port: int
+    # (host path, mount path, read-only): every hostPath volume, and nothing else.
+    host_mounts: frozenset[tuple[str, str, bool]]
+    # (ConfigMap name prefix, mount path): the only other volumes.
+    config_mounts: frozenset[tuple[str, str]]
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {"app.kubernetes.io/name": self.name, "app.kubernetes.io/component": self.component}
+
+
+EXPORTER = Agent(
+    name="podres-exporter",
+    component="exporter",
+    container="exporter",
+    args=("export", "--path.sysfs=/host/sys", "--path.procfs=/host/proc", "--log-format=json"),
+    port=9842,
+    host_mounts=frozenset(
+        {
+            ("/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources", True),
+            ("/sys", "/host/sys", True),
+            ("/proc", "/host/proc", True),
+            ("/var/log/pods", "/var/log/pods", True),
+            ("/var/log/containers", "/var/log/containers", True),
+        }
+    ),
+    config_mounts=frozenset(),
+)
+PLUGIN = Agent(
+    name="podres-device-plugin",
+    component="device-plugin",
+    container="plugin",
+    args=(
+        "plugin",
+        "--config=/etc/podres/plugin.toml",
+        "--path.sysfs=/host/sys",
+        "--path.dev=/host/dev",
+        "--log-format=json",
+    ),
+    port=9843,
+    host_mounts=frozenset(
+        {
+            ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet/device-plugins", False),
+            ("/sys", "/host/sys", True),
+            ("/dev", "/host/dev", True),
+        }
+    ),
+    config_mounts=frozenset({("podres-device-plugin", "/etc/podres")}),
+)
+AGENTS = (EXPORTER, PLUGIN)
+
+# Every checkov check skipped, per object, as reviewed: a new skip must be added here on purpose.
+CHECKOV_SKIPS = {
+    ("DaemonSet", agent.name): {
+        "CKV_K8S_15",  # imagePullPolicy IfNotPresent
+        "CKV_K8S_19",  # host network
+        "CKV_K8S_23",  # root (uid 0)
+        "CKV_K8S_40",  # root (uid 0)
+        "CKV_K8S_43",  # image by tag, not digest
+        "CKV2_K8S_6",  # no NetworkPolicy: none applies to host-network pods
+    }
+    for agent in AGENTS
+}
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def find(docs: list[Doc], kind: str, name: str) -> Doc:
+    """The one object of ``kind`` named ``name``."""
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def generated(docs: list[Doc], kind: str, prefix: str) -> Doc:
+    """The one generated object (``prefix-<hash>``) of ``kind``."""
+    pattern = re.compile(rf"^{re.escape(prefix)}-[a-z0-9]{{10}}$")
+    found = [d for d in docs if d["kind"] == kind and pattern.match(d["metadata"]["name"])]
+    assert len(found) == 1, f"expected one generated {kind}/{prefix}-<hash>, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(daemonset: Doc) -> Doc:
+    spec: Doc = daemonset["spec"]["template"]["spec"]
+    return spec
+
+
+def the_container(daemonset: Doc, agent: Agent) -> Doc:
+    containers = pod_spec(daemonset)["containers"]
+    assert [c["name"] for c in containers] == [agent.container]
+    assert "initContainers" not in pod_spec(daemonset)
+    container: Doc = containers[0]
+    return container
+
+
+def quantity(value: str) -> float:
+    """A Kubernetes quantity (``20m``, ``64Mi``, ``1``) as a number."""
+    units = {"m": 1e-3, "": 1.0, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30}
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|)", str(value))
+    assert match, f"unexpected quantity {value!r}"
+    return float(match.group(1)) * units[match.group(2)]
+
+
+def package_version() -> str:
+    with (REPO / "pyproject.toml").open("rb") as f:
+        version: str = tomllib.load(f)["project"]["version"]
+    return version
+
+
+def crd_schema(group: str, kind: str, version: str) -> Doc:
+    """The openAPIV3Schema of ``kind`` in the shipped CRDs."""
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        spec = crd["spec"]
+        if spec["group"] == group and spec["names"]["kind"] == kind:
+            for v in spec["versions"]:
+                if v["name"] == version and v["served"]:
+                    schema: Doc = v["schema"]["openAPIV3Schema"]
+                    return schema
+    raise AssertionError(f"no CRD for {group}/{version} {kind} in {CRDS}")
+
+
+def no_unknown_fields(schema: Doc) -> Doc:
+    """``schema`` rejecting fields it does not declare, as the API server's strict field
+    validation does (it would otherwise prune them silently: a misspelt key would vanish)."""
+    out = dict(schema)
+    if "properties" in schema:
+        out["properties"] = {k: no_unknown_fields(v) for k, v in schema["properties"].items()}
+        if "additionalProperties" not in schema and not schema.get(
+            "x-kubernetes-preserve-unknown-fields"
+        ):
+            out["additionalProperties"] = False
+    if isinstance(schema.get("additionalProperties"), dict):
+        out["additionalProperties"] = no_unknown_fields(schema["additionalProperties"])
+    if "items" in schema:
+        out["items"] = no_unknown_fields(schema["items"])
+    for combinator in ("allOf", "anyOf", "oneOf"):
+        if combinator in schema:
+            out[combinator] = [no_unknown_fields(s) for s in schema[combinator]]
+    return out
+
+
+def validate_custom(doc: Doc) -> None:
+    group, _, version = doc["apiVersion"].partition("/")
+    schema = no_unknown_fields(crd_schema(group, doc["kind"], version))
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.Draft7Validator(schema).validate(doc)
+
+
+# -------------------------------------------------------------------------------- validity
+
+
+def test_every_object_is_valid(render: Render, rendering: str) -> None:
+    """Every rendered object validates: core kinds against the Kubernetes 1.28 API (strict),
+    Prometheus Operator kinds against the shipped CRDs."""
+    docs = render(rendering)
+    assert docs
+    problems = []
+    for doc in docs:
+        where = f"{rendering}: {doc['kind']}/{doc['metadata']['name']}"
+        if doc["apiVersion"].startswith(MONITORING_GROUP + "/"):
+            try:
+                validate_custom(doc)
+            except jsonschema.ValidationError as err:
+                problems.append(f"{where}: {err.message} at {list(err.absolute_path)}")
+        else:
+            try:
+                used = kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                problems.append(f"{where}: {err.message} at {list(err.absolute_path)}")
+            else:
+                assert used == KUBERNETES_VERSION
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [
+        ("base", []),
+        ("prometheus-operator", ["ServiceMonitor"]),
+        ("gpu", ["ServiceMonitor"]),
+        ("base+pod-monitor", ["PodMonitor"]),
+    ],
+)
+def test_what_each_kustomization_holds(render: Render, name: str, kinds: list[str]) -> None:
+    """Each kustomization renders the base's objects plus exactly its monitoring objects."""
+    base = ["ConfigMap", "DaemonSet", "DaemonSet", "Namespace", "Service", "Service"]
+    base += ["ServiceAccount", "ServiceAccount"]
+    assert sorted(d["kind"] for d in render(name)) == sorted(base + kinds)
+
+
+def test_crd_validation_rejects_a_misspelt_field(render: Render) -> None:
+    """The CRD check is not vacuous: an unknown or mistyped field in a ServiceMonitor fails."""
+    monitor = find(render("prometheus-operator"), "ServiceMonitor", "podres-exporter")
+    validate_custom(monitor)
+    typo = copy.deepcopy(monitor)
+    typo["spec"]["endpoints"][0]["honourLabels"] = True
+    with pytest.raises(jsonschema.ValidationError, match="honourLabels"):
+        validate_custom(typo)
+    wrong_type = copy.deepcopy(monitor)
+    wrong_type["spec"]["endpoints"][0]["honorLabels"] = "yes"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_custom(wrong_type)
+
+
+def test_shipped_crds_are_one_release() -> None:
+    """The three CRDs come from one Prometheus Operator release, the one crds/README.md names."""
+    files = sorted(p.name for p in CRDS.glob("*.yaml"))
+    assert files == [
+        "monitoring.coreos.com_podmonitors.yaml",
+        "monitoring.coreos.com_prometheusrules.yaml",
+        "monitoring.coreos.com_servicemonitors.yaml",
+    ]
+    versions = {
+        yaml.safe_load((CRDS / f).read_text())["metadata"]["annotations"][
+            "operator.prometheus.io/version"
+        ]
+        for f in files
+    }
+    assert len(versions) == 1
+    (version,) = versions
+    assert f"`v{version}`" in (CRDS / "README.md").read_text()
+
+
+# ------------------------------------------------------------------------ image and version
+
+
+def test_base_image_tag_is_the_package_version() -> None:
+    """The base's kustomize image tag is pyproject.toml's project.version, not a second copy."""
+    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
+    images = {i["name"]: i for i in kustomization["images"]}
+    assert set(images) == {IMAGE}
+    assert images[IMAGE].get("newTag") == package_version()
+    assert "newName" not in images[IMAGE]
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
+def test_image_and_arguments(render: Render, rendering: str, agent: Agent) -> None:
+    """Each agent runs the released image at the package's version with its subcommand first."""
+    container = the_container(find(render(rendering), "DaemonSet", agent.name), agent)
+    assert container["image"] == f"{IMAGE}:{package_version()}"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert "command" not in container  # the image's entrypoint is `podres`
+    assert tuple(container["args"]) == agent.args
+
+
+# -------------------------------------------------------------------------------- hardening
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
+def test_host_mounts_are_exactly_the_documented_ones(
+    render: Render, rendering: str, agent: Agent
+) -> None:
+    """Every hostPath is one of the documented mounts with its read-only flag, mounted once,
+    as a directory; the only other volume is the plugin's ConfigMap, read-only."""
+    spec = pod_spec(find(render(rendering), "DaemonSet", agent.name))
+    container = the_container(find(render(rendering), "DaemonSet", agent.name), agent)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = container["volumeMounts"]
+    assert len({m["name"] for m in mounts}) == len(mounts) == len(volumes)
+    host, config = set(), set()
+    for mount in mounts:
+        assert "subPath" not in mount
+        assert "subPathExpr" not in mount
+        volume = volumes[mount["name"]]
+        kinds = set(volume) - {"name"}
+        if kinds == {"hostPath"}:
+            assert volume["hostPath"]["type"] == "Directory"
+            read_only = mount.get("readOnly", False)
+            host.add((volume["hostPath"]["path"], mount["mountPath"], read_only))
+            # No host path propagates mounts in either direction.
+            assert mount.get("mountPropagation", "None") == "None"
+        elif kinds == {"configMap"}:
+            assert mount.get("readOnly") is True
+            prefix = volume["configMap"]["name"].rsplit("-", 1)[0]
+            config.add((prefix, mount["mountPath"]))
+        else:
+            pytest.fail(f"volume {mount['name']} is {kinds}: not an expected kind")
+    assert host == agent.host_mounts
+    assert config == agent.config_mounts
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
+def test_pod_is_hardened(render: Render, rendering: str, agent: Agent) -> None:
+    """Root only by uid: no capabilities, no privilege, no escalation, read-only root, the
+    runtime's seccomp profile, no API token, and none of the host namespaces but the network."""
+    docs = render(rendering)
+    daemonset = find(docs, "DaemonSet", agent.name)
+    spec = pod_spec(daemonset)
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["serviceAccountName"] == agent.name
+    assert find(docs, "ServiceAccount", agent.name)["automountServiceAccountToken"] is False
+    assert spec["hostNetwork"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    for namespace in ("hostPID", "hostIPC", "hostUsers", "shareProcessNamespace"):
+        assert namespace not in spec
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["securityContext"]["runAsUser"] == 0
+
+    container = the_container(daemonset, agent)
+    context = container["securityContext"]
+    assert context["privileged"] is False
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert context["runAsUser"] == 0
+    assert "procMount" not in context
+    for port in container["ports"]:
+        assert "hostPort" not in port
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
+def test_pod_lifecycle(render: Render, rendering: str, agent: Agent) -> None:
+    """Probes on the metrics port, a grace period the agent stops within, node-critical
+    priority, bounded resources, every Linux node, one node at a time on update."""
+    daemonset = find(render(rendering), "DaemonSet", agent.name)
+    spec = pod_spec(daemonset)
+    container = the_container(daemonset, agent)
+
+    assert container["ports"] == [
+        {"name": "metrics", "containerPort": agent.port, "protocol": "TCP"}
+    ]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
+
+    assert spec["terminationGracePeriodSeconds"] >= 30
+    assert spec["priorityClassName"] == "system-node-critical"
+
+    resources = container["resources"]
+    for resource in ("cpu", "memory"):
+        request = quantity(resources["requests"][resource])
+        limit = quantity(resources["limits"][resource])
+        assert 0 < request <= limit
+
+    assert spec["nodeSelector"]["kubernetes.io/os"] == "linux"
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert daemonset["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
+
+
+# ------------------------------------------------------------------- labels and selectors
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
+def test_selectors_are_stable(render: Render, rendering: str, agent: Agent) -> None:
+    """DaemonSet and Service select on name and component only (immutable across upgrades),
+    and the pods carry those labels."""
+    docs = render(rendering)
+    daemonset = find(docs, "DaemonSet", agent.name)
+    assert daemonset["spec"]["selector"] == {"matchLabels": agent.selector}
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels.items() >= agent.selector.items()
+
+    service = find(docs, "Service", agent.name)
+    assert service["spec"]["selector"] == agent.selector
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": agent.port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+
+
+def test_labels_and_namespace(render: Render, rendering: str) -> None:
+    """Every object and pod template carries the common labels; every namespaced object is in
+    podres-system."""
+    for doc in render(rendering):
+        labels = doc["metadata"].get("labels", {})
+        assert labels.items() >= COMMON_LABELS.items(), doc["metadata"]["name"]
+        if doc["kind"] == "Namespace":
+            assert doc["metadata"]["name"] == NAMESPACE
+        else:
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]["name"]
+        if doc["kind"] == "DaemonSet":
+            template = doc["spec"]["template"]["metadata"]["labels"]
+            assert template.items() >= COMMON_LABELS.items()
+
+
+def test_namespace_admits_the_agents_and_no_more_silently(render: Render) -> None:
+    """Pod Security enforces privileged (hostPath and host network need it) and warns and
+    audits at baseline."""
+    labels = find(render("base"), "Namespace", NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == "baseline"
+    assert labels["pod-security.kubernetes.io/audit"] == "baseline"
+
+
+# --------------------------------------------------------------------------- plugin config
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("base", {"podres.io/fuse": ("dev", 32), "podres.io/kvm": ("dev", 8)}),
+        (
+            "gpu",
+            {
+                "podres.io/fuse": ("dev", 32),
+                "podres.io/kvm": ("dev", 8),
+                "nvidia.com/gpu": ("nvml", 1),
+            },
+        ),
+    ],
+)
+def test_plugin_config_loads(
+    render: Render, tmp_path: Path, name: str, expected: dict[str, tuple[str, int]]
+) -> None:
+    """The generated ConfigMap's resource file is accepted by the plugin's own loader and
+    declares the documented resources; the DaemonSet mounts that ConfigMap where --config
+    points."""
+    docs = render(name)
+    config_map = generated(docs, "ConfigMap", PLUGIN.name)
+    assert set(config_map["data"]) == {"plugin.toml"}
+    path = tmp_path / "plugin.toml"
+    path.write_text(config_map["data"]["plugin.toml"])
+    config = load_config(str(path))
+    got = {r.name: (r.discover.kind.value, r.replicas) for r in config.resources}
+    assert got == expected
+    assert config.uses_nvml == (DiscoverKind.NVML.value in {k for k, _ in expected.values()})
+
+    spec = pod_spec(find(docs, "DaemonSet", PLUGIN.name))
+    volume = next(v for v in spec["volumes"] if "configMap" in v)
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
+    assert f"--config={mount['mountPath']}/plugin.toml" in spec["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    "path", ["deploy/base/plugin.toml", "deploy/components/gpu/plugin.toml"], ids=str
+)
+def test_plugin_config_files_load(path: str) -> None:
+    """Each resource file in deploy/ is valid as it stands in the tree."""
+    assert load_config(str(REPO / path)).resources
+
+
+def test_plugin_config_change_rolls_the_pods(render: Render) -> None:
+    """A different resource file gives the ConfigMap a different name, so the pods roll."""
+    base = generated(render("base"), "ConfigMap", PLUGIN.name)["metadata"]["name"]
+    gpu = generated(render("gpu"), "ConfigMap", PLUGIN.name)["metadata"]["name"]
+    assert base != gpu
+
+
+# --------------------------------------------------------------------------------- overlays
+
+
+def _without(docs: list[Doc], kinds: set[str]) -> list[Doc]:
+    return sorted(
+        (d for d in docs if d["kind"] not in kinds),
+        key=lambda d: (d["kind"], d["metadata"]["name"]),
+    )
+
+
+def test_prometheus_operator_overlay_only_adds_the_service_monitor(render: Render) -> None:
+    """The prometheus-operator overlay is the base unchanged plus its ServiceMonitor."""
+    overlay = _without(render("prometheus-operator"), {"ServiceMonitor"})
+    assert overlay == _without(render("base"), set())
+
+
+@pytest.mark.parametrize("name", ["prometheus-operator", "gpu", "base+pod-monitor"])
+def test_monitor_scrapes_both_agents_with_their_own_labels(render: Render, name: str) -> None:
+    """The ServiceMonitor (or PodMonitor) selects both agents' Services (or pods) on the
+    `metrics` port, keeps the exporter's labels, adds `node` and drops the agent's own
+    namespace, pod and container."""
+    docs = render(name)
+    monitors = [d for d in docs if d["apiVersion"].startswith(MONITORING_GROUP + "/")]
+    assert len(monitors) == 1
+    monitor = monitors[0]
+    selector = monitor["spec"]["selector"]
+    assert set(selector) == {"matchLabels"}
+    if monitor["kind"] == "ServiceMonitor":
+        endpoints = monitor["spec"]["endpoints"]
+        targets = [find(docs, "Service", a.name)["metadata"]["labels"] for a in AGENTS]
+    else:
+        assert monitor["kind"] == "PodMonitor"
+        endpoints = monitor["spec"]["podMetricsEndpoints"]
+        targets = [
+            find(docs, "DaemonSet", a.name)["spec"]["template"]["metadata"]["labels"]
+            for a in AGENTS
+        ]
+    assert "namespaceSelector" not in monitor["spec"]  # its own namespace: podres-system
+    for labels in targets:
+        assert labels.items() >= selector["matchLabels"].items()
+    others = [d for d in docs if d["kind"] in {"Service", "DaemonSet"}]
+    selected = [
+        d for d in others if d["metadata"]["labels"].items() >= selector["matchLabels"].items()
+    ]
+    assert len(selected) == len(others)  # nothing else in the namespace to pick up by mistake
+
+    assert len(endpoints) == 1
+    endpoint = endpoints[0]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["honorLabels"] is True
+    assert {
+        "action": "replace",
+        "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+        "targetLabel": "node",
+    } in endpoint["relabelings"]
+    drops = [r for r in endpoint["relabelings"] if r["action"] == "labeldrop"]
+    assert len(drops) == 1
+    dropped = re.compile(f"^(?:{drops[0]['regex']})$")
+    for label in ("namespace", "pod", "container"):
+        assert dropped.match(label)
+    for label in ("node", "job", "instance", "service", "endpoint"):
+        assert not dropped.match(label)
+
+
+def test_gpu_overlay_runs_both_agents_with_nvml(render: Render) -> None:
+    """On the gpu overlay both agents run on GPU nodes through the NVIDIA runtime, seeing every
+    GPU for NVML only; the base has none of it."""
+    for agent in AGENTS:
+        daemonset = find(render("gpu"), "DaemonSet", agent.name)
+        spec = pod_spec(daemonset)
+        assert spec["nodeSelector"] == {
+            "kubernetes.io/os": "linux",
+            "nvidia.com/gpu.present": "true",
+        }
+        assert spec["runtimeClassName"] == "nvidia"
+        env = {e["name"]: e["value"] for e in the_container(daemonset, agent)["env"]}
+        assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+
+        base = find(render("base"), "DaemonSet", agent.name)
+        assert "runtimeClassName" not in pod_spec(base)
+        assert "env" not in the_container(base, agent)
+        assert pod_spec(base)["nodeSelector"] == {"kubernetes.io/os": "linux"}
+
+
+# --------------------------------------------------------------------------------- checkov
+
+
+def test_checkov_skips_are_the_reviewed_ones(render: Render, rendering: str) -> None:
+    """The only checkov checks skipped are the reviewed ones, each with a reason."""
+    skips: dict[tuple[str, str], set[str]] = {}
+    for doc in render(rendering):
+        for key, value in doc["metadata"].get("annotations", {}).items():
+            if key.startswith("checkov.io/skip"):
+                check, _, reason = value.partition("=")
+                assert re.fullmatch(r"CKV2?_K8S_\d+", check), value
+                assert len(reason.strip()) > 10, f"{value}: give the reason"
+                skips.setdefault((doc["kind"], doc["metadata"]["name"]), set()).add(check)
+        template = doc.get("spec", {}).get("template", {}).get("metadata", {})
+        assert not any(k.startswith("checkov.io/") for k in template.get("annotations", {}))
+    assert skips == CHECKOV_SKIPS
