@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 FileIdentity = tuple[int, int, int]
-"""(device, inode, ctime in ns) of a file. A file deleted and created again at the same
+"""(device, inode, mtime in ns) of a file. A file deleted and created again at the same
 path often gets the old inode number back at once (the kubelet re-creates its sockets so
-at every start); its change time is new, so the three together tell the files apart."""
+at every start); its modification time is new, so the three together tell the files apart.
+Not the change time: a new hard link or a chmod changes that on the same file, and nothing
+writes to a socket file's data, so its mtime stays its creation time."""
 
 
 def file_identity(path: str) -> FileIdentity | None:
@@ -16,4 +18,4 @@ def file_identity(path: str) -> FileIdentity | None:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+    return (st.st_dev, st.st_ino, st.st_mtime_ns)

@@ -214,7 +214,8 @@ class ResourcePlugin:
         self._dir_missing_logged = False
         self._serve_retry_at = 0.0  # after a failed serve, not before this (monotonic)
         self._serve_backoff = timing.backoff_initial_s
-        self._stream_lost = threading.Event()
+        self._lost: tuple[DevicePluginServicer, float] | None = None
+        self._registered_at = 0.0  # when the current registration's Register call began
         self.registrations = 0
 
     # -- state, for tests and /readyz
@@ -266,16 +267,11 @@ class ResourcePlugin:
                     backoff, next_attempt = self._timing.backoff_initial_s, 0.0
                     lost_backoff = backoff
                     self._serve_retry_at, self._serve_backoff = 0.0, backoff
-                if self._stream_lost.is_set():
-                    # The kubelet ended our ListAndWatch: it never dials again by itself.
-                    self._stream_lost.clear()
-                    with self._lock:
-                        was_registered, self._registered_with = self._registered_with, None
-                    if was_registered is not None and not self._stop.is_set():
-                        self._metrics.set_registered(self.resource.name, False)
-                        log.warning("list_and_watch_lost", resource=self.resource.name)
-                        next_attempt = time.monotonic() + lost_backoff
-                        lost_backoff = min(lost_backoff * 2, self._timing.backoff_max_s)
+                if self._registration_lost():
+                    self._metrics.set_registered(self.resource.name, False)
+                    log.warning("list_and_watch_lost", resource=self.resource.name)
+                    next_attempt = time.monotonic() + lost_backoff
+                    lost_backoff = min(lost_backoff * 2, self._timing.backoff_max_s)
                 if self._ensure_served(kubelet):
                     backoff, next_attempt = self._timing.backoff_initial_s, 0.0
                 with self._lock:
@@ -296,6 +292,27 @@ class ResourcePlugin:
                 next_attempt = time.monotonic() + backoff
                 backoff = min(backoff * 2, self._timing.backoff_max_s)
             self._watch.wait(generation, self._timing.tick_s)
+
+    def _stream_ended(self, servicer: DevicePluginServicer, started_at: float) -> None:
+        """The kubelet ended a ListAndWatch stream of ``servicer`` that began at
+        ``started_at`` (monotonic); called on the stream's thread."""
+        with self._lock:
+            self._lost = (servicer, started_at)
+
+    def _registration_lost(self) -> bool:
+        """True (once) when the kubelet ended the stream of the current registration: the
+        kubelet never dials a plugin again by itself, so it must be registered again. A
+        stream of a retired socket, or one that began before the current Register call (a
+        previous registration's, ending late), says nothing about the current one."""
+        with self._lock:
+            lost, self._lost = self._lost, None
+            if lost is None or self._served is None or self._registered_with is None:
+                return False
+            servicer, started_at = lost
+            if servicer is not self._served.servicer or started_at < self._registered_at:
+                return False
+            self._registered_with = None
+            return not self._stop.is_set()
 
     def _ensure_served(self, kubelet: FileIdentity | None) -> bool:
         """Serve a fresh socket when there is none, ours vanished, or the kubelet we
@@ -365,8 +382,8 @@ class ResourcePlugin:
             self._board,
             self._metrics,
             recheck=self._recheck,
-            on_stream_lost=self._stream_lost.set,
         )
+        servicer.on_stream_lost = self._stream_ended
         pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         try:
             port = server.add_insecure_port(f"unix://{path}")
@@ -418,6 +435,7 @@ class ResourcePlugin:
         if served is None:
             return False
         name = self.resource.name
+        began = time.monotonic()  # the kubelet may open (and end) the stream before we return
         try:
             kubelet = self._call_register(served.endpoint)
         except RegistrationError as err:
@@ -433,6 +451,7 @@ class ResourcePlugin:
         with self._lock:
             if self._served is served:
                 self._registered_with = kubelet
+                self._registered_at = began
         self.registrations += 1
         self._metrics.registration(name, ok=True)
         self._metrics.set_registered(name, True)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -85,8 +86,10 @@ def _device_key(inventory: ResourceInventory) -> tuple[tuple[str, bool, tuple[in
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """One resource's DevicePlugin service. ``recheck`` runs a health check now (for
-    PreStartContainer); ``on_stream_lost`` is called when the kubelet ends a ListAndWatch
-    stream that we did not close. Every method is safe to call from many threads at once."""
+    PreStartContainer); ``on_stream_lost`` (set by the owner) is called with the servicer
+    and the stream's start (monotonic) when the kubelet ends a ListAndWatch stream that we
+    did not close. Every method is safe
+    to call from many threads at once."""
 
     def __init__(
         self,
@@ -95,13 +98,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         metrics: PluginMetrics,
         *,
         recheck: Callable[[], None] | None = None,
-        on_stream_lost: Callable[[], None] | None = None,
     ) -> None:
         self._resource = resource
         self._board = board
         self._metrics = metrics
         self._recheck = recheck
-        self._on_stream_lost = on_stream_lost
+        self.on_stream_lost: Callable[[DevicePluginServicer, float], None] | None = None
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -119,6 +121,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     ) -> Iterator[pb.ListAndWatchResponse]:
         name = self._resource.name
         board = self._board
+        started = time.monotonic()
         context.add_callback(board.poke)  # a cancelled stream wakes at once
         self._metrics.stream_opened(name)
         log.info("list_and_watch_started", resource=name)
@@ -139,8 +142,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             self._metrics.stream_closed(name)
             log.info("list_and_watch_ended", resource=name)
             ours = board.closed or self._closed.is_set()
-            if not ours and self._on_stream_lost is not None:
-                self._on_stream_lost()  # the kubelet ended it: it will not dial again
+            if not ours and self.on_stream_lost is not None:
+                self.on_stream_lost(self, started)  # the kubelet ended it: it never re-dials
 
     def GetPreferredAllocation(  # noqa: N802 - the gRPC method name
         self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
