@@ -41,13 +41,13 @@ RUN --mount=type=secret,id=pip-ca \
  && /opt/podres/bin/pip uninstall -y --disable-pip-version-check pip setuptools \
  && /opt/podres/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/podres/lib
 
-# ---- the image: Debian's python3 and the virtualenv, nothing else ----
+# ---- the image: Debian's python3, CA certificates (top over https) and the virtualenv ----
 FROM debian:bookworm-slim
 
 # Not pinned, for the reason given in the build stage.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 

@@ -188,7 +188,8 @@ def test_oci_labels_follow_pyproject() -> None:
 
 
 def test_final_stage_installs_only_python3() -> None:
-    """The final stage adds Debian's python3 alone: no compiler, headers, pip or build tools."""
+    """The final stage adds Debian's python3 and the CA certificates (for `podres top
+    --prometheus https://...`) alone: no compiler, headers, pip or build tools."""
     final = _stages()[-1]
     text = " ".join(i.args for i in final if i.keyword == "RUN")
     for banned in ("gcc", "build-essential", "python3-dev", "python3-pip", "pip install", "g++"):
@@ -198,7 +199,8 @@ def test_final_stage_installs_only_python3() -> None:
     command = installs[0]
     assert "--no-install-recommends" in command
     assert [w for w in command[command.index("install") + 1 :] if not w.startswith("-")] == [
-        "python3"
+        "python3",
+        "ca-certificates",
     ]
     assert "rm -rf /var/lib/apt/lists/*" in _runs(final)
 
