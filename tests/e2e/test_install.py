@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,20 @@ def metrics(url: str) -> Samples:
 def one(samples: Samples, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` that carry ``labels`` (0 when there are none)."""
     return sum(select(samples, name, **labels).values())
+
+
+def exporter_once(ready: Callable[[Samples], bool]) -> Callable[[], Samples | None]:
+    """A probe for :func:`wait_for`: one scrape of the exporter, returned when ``ready``."""
+
+    def probe() -> Samples | None:
+        samples = metrics(EXPORTER_URL)
+        return samples if ready(samples) else None
+
+    return probe
+
+
+def fuse_state(samples: Samples, state: str) -> float:
+    return one(samples, "podres_node_devices", resource=FUSE, state=state)
 
 
 def kubelet(cluster: Cluster) -> tuple[api_pb2.ListPodResourcesResponse, Any]:
@@ -270,11 +284,9 @@ def test_exporter_accounting_equals_the_kubelet(workloads: Cluster) -> None:
     fuse_ids = {i for d in allocatable.devices if d.resource_name == FUSE for i in d.device_ids}
     assert len(fuse_ids) == FUSE_REPLICAS
     assert set(held) == {(WORKLOADS, "fuse-user", "main")}
-    assert one(samples, "podres_node_devices", resource=FUSE, state="allocatable") == len(fuse_ids)
-    assert one(samples, "podres_node_devices", resource=FUSE, state="allocated") == 1
-    assert (
-        one(samples, "podres_node_devices", resource=FUSE, state="unallocated") == len(fuse_ids) - 1
-    )
+    assert fuse_state(samples, "allocatable") == len(fuse_ids)
+    assert fuse_state(samples, "allocated") == 1
+    assert fuse_state(samples, "unallocated") == len(fuse_ids) - 1
     shown = {
         dict(k)["device_id"]
         for k in select(samples, "podres_container_device_info", resource=FUSE, pod="fuse-user")
@@ -391,15 +403,11 @@ def test_three_kubelet_restarts(workloads: Cluster) -> None:
             )
             wait_for(
                 "the exporter to read the restarted kubelet",
-                lambda b=ok_before: (
-                    one(
-                        m := metrics(EXPORTER_URL),
-                        "podres_kubelet_requests_total",
-                        method="List",
-                        code="OK",
+                exporter_once(
+                    lambda m, b=ok_before: (
+                        one(m, "podres_kubelet_requests_total", method="List", code="OK") > b
+                        and one(m, "podres_kubelet_up") == 1
                     )
-                    > b
-                    and one(m, "podres_kubelet_up") == 1
                 ),
                 timeout=60,
                 interval=0.5,
@@ -443,20 +451,11 @@ def test_plugin_pod_deleted_then_brought_back(workloads: Cluster) -> None:
         )
         unhealthy = wait_for(
             "the held device to show as allocated_unhealthy",
-            lambda: (
-                one(
-                    s := metrics(EXPORTER_URL),
-                    "podres_node_devices",
-                    resource=FUSE,
-                    state="allocated_unhealthy",
-                )
-                == 1
-                and s
-            ),
+            exporter_once(lambda m: fuse_state(m, "allocated_unhealthy") == 1),
             timeout=60,
             interval=0.5,
         )
-        assert one(unhealthy, "podres_node_devices", resource=FUSE, state="allocatable") == 0
+        assert fuse_state(unhealthy, "allocatable") == 0
         assert select(unhealthy, "podres_container_device_info", pod="fuse-user")
     finally:
         cluster.resume_controllers()
@@ -474,21 +473,16 @@ def test_plugin_pod_deleted_then_brought_back(workloads: Cluster) -> None:
     )
     healed = wait_for(
         "health to recover on /metrics",
-        lambda: (
-            one(
-                s := metrics(EXPORTER_URL),
-                "podres_node_devices",
-                resource=FUSE,
-                state="allocated_unhealthy",
+        exporter_once(
+            lambda m: (
+                fuse_state(m, "allocated_unhealthy") == 0
+                and fuse_state(m, "allocatable") == FUSE_REPLICAS
             )
-            == 0
-            and one(s, "podres_node_devices", resource=FUSE, state="allocatable") == FUSE_REPLICAS
-            and s
         ),
         timeout=60,
         interval=0.5,
     )
-    assert one(healed, "podres_node_devices", resource=FUSE, state="allocated") == 1
+    assert fuse_state(healed, "allocated") == 1
 
 
 def test_delete_removes_everything(workloads: Cluster) -> None:
