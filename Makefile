@@ -9,7 +9,7 @@ CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint fmt proto system-deps bench clean image
+.PHONY: demo test lint fmt proto system-deps bench clean image dashboards
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ fmt: $(STAMP)
 ## proto: regenerate src/podres_exporter/_generated from proto/
 proto: $(STAMP)
 	$(BIN)/python tools/genproto.py
+
+## dashboards: regenerate dashboards/*.json from tools/dashboards.py (a test checks they match)
+dashboards: $(STAMP)
+	$(BIN)/python tools/dashboards.py
 
 ## bench: the performance benchmark (see docs/performance.md)
 bench: $(STAMP)
