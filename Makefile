@@ -9,7 +9,7 @@ CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint fmt proto system-deps bench clean image dashboards
+.PHONY: demo test lint fmt proto system-deps bench clean image dashboards rules
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ proto: $(STAMP)
 ## dashboards: regenerate dashboards/*.json from tools/dashboards.py (a test checks they match)
 dashboards: $(STAMP)
 	$(BIN)/python tools/dashboards.py
+
+## rules: regenerate the alert rules' PrometheusRule from the plain rule file (a test checks)
+rules: $(STAMP)
+	$(BIN)/python tools/rules.py
 
 ## bench: the performance benchmark (see docs/performance.md)
 bench: $(STAMP)

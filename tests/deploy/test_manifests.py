@@ -27,6 +27,7 @@ MONITORING_GROUP = "monitoring.coreos.com"
 
 IMAGE = "ghcr.io/podres-exporter/podres-exporter"
 NAMESPACE = "podres-system"
+APP_NAME = "podres-exporter"
 PART_OF = {"app.kubernetes.io/part-of": "podres-exporter"}
 COMMON_LABELS = {**PART_OF, "app.kubernetes.io/managed-by": "kustomize"}
 
@@ -185,9 +186,26 @@ def no_unknown_fields(schema: Doc) -> Doc:
     return out
 
 
+def python_patterns(node: Any) -> Any:
+    """``node`` (a schema) with each ``pattern`` as Python's ``re`` reads it. The API server
+    uses Go's RE2, which takes inline flags anywhere: ``^(?i)(abort|warn)?$`` in the
+    PrometheusRule CRD. Python only takes them at the start, so they move there (same
+    meaning: the flag applies to the whole pattern either way)."""
+    if isinstance(node, dict):
+        return {
+            key: re.sub(r"^\^\(\?([a-z]+)\)", r"(?\1)^", value)
+            if key == "pattern" and isinstance(value, str)
+            else python_patterns(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [python_patterns(value) for value in node]
+    return node
+
+
 def validate_custom(doc: Doc) -> None:
     group, _, version = doc["apiVersion"].partition("/")
-    schema = no_unknown_fields(crd_schema(group, doc["kind"], version))
+    schema = no_unknown_fields(python_patterns(crd_schema(group, doc["kind"], version)))
     jsonschema.Draft7Validator.check_schema(schema)
     jsonschema.Draft7Validator(schema).validate(doc)
 
@@ -222,8 +240,8 @@ def test_every_object_is_valid(render: Render, rendering: str) -> None:
     ("name", "kinds"),
     [
         ("base", []),
-        ("prometheus-operator", ["ServiceMonitor"]),
-        ("gpu", ["ServiceMonitor"]),
+        ("prometheus-operator", ["ServiceMonitor", "PrometheusRule"]),
+        ("gpu", ["ServiceMonitor", "PrometheusRule"]),
         ("base+pod-monitor", ["PodMonitor"]),
     ],
 )
@@ -246,6 +264,24 @@ def test_crd_validation_rejects_a_misspelt_field(render: Render) -> None:
     wrong_type["spec"]["endpoints"][0]["honorLabels"] = "yes"
     with pytest.raises(jsonschema.ValidationError):
         validate_custom(wrong_type)
+
+
+def test_crd_validation_rejects_a_misspelt_rule_field(render: Render) -> None:
+    """The PrometheusRule CRD check rejects an unknown field, a bad `for` and a nameless group."""
+    rule = find(render("prometheus-operator"), "PrometheusRule", "podres-exporter")
+    validate_custom(rule)
+    typo = copy.deepcopy(rule)
+    typo["spec"]["groups"][0]["rules"][0]["annotation"] = {"summary": "x"}
+    with pytest.raises(jsonschema.ValidationError, match="annotation"):
+        validate_custom(typo)
+    bad_for = copy.deepcopy(rule)
+    bad_for["spec"]["groups"][0]["rules"][0]["for"] = "5 minutes"
+    with pytest.raises(jsonschema.ValidationError, match="5 minutes"):
+        validate_custom(bad_for)
+    nameless = copy.deepcopy(rule)
+    del nameless["spec"]["groups"][0]["name"]
+    with pytest.raises(jsonschema.ValidationError, match="name"):
+        validate_custom(nameless)
 
 
 def test_shipped_crds_are_one_release() -> None:
@@ -496,10 +532,22 @@ def _without(docs: list[Doc], kinds: set[str]) -> list[Doc]:
     )
 
 
-def test_prometheus_operator_overlay_only_adds_the_service_monitor(render: Render) -> None:
-    """The prometheus-operator overlay is the base unchanged plus its ServiceMonitor."""
-    overlay = _without(render("prometheus-operator"), {"ServiceMonitor"})
+def test_prometheus_operator_overlay_only_adds_monitoring(render: Render) -> None:
+    """The prometheus-operator overlay is the base plus its ServiceMonitor and PrometheusRule."""
+    overlay = _without(render("prometheus-operator"), {"ServiceMonitor", "PrometheusRule"})
     assert overlay == _without(render("base"), set())
+
+
+@pytest.mark.parametrize("name", ["prometheus-operator", "gpu"])
+def test_prometheus_rule_is_the_plain_rule_file(render: Render, name: str) -> None:
+    """The overlays' PrometheusRule is the plain rule file's groups, labelled as the rest."""
+    rule = find(render(name), "PrometheusRule", "podres-exporter")
+    source = yaml.safe_load((DEPLOY / "prometheus" / "podres-alerts.yaml").read_text())
+    assert rule["spec"] == source
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"] == {**COMMON_LABELS, "app.kubernetes.io/name": APP_NAME}
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert len(alerts) >= 15
 
 
 @pytest.mark.parametrize("name", ["prometheus-operator", "gpu", "base+pod-monitor"])
@@ -508,7 +556,7 @@ def test_monitor_scrapes_both_agents_with_their_own_labels(render: Render, name:
     `metrics` port, keeps the exporter's labels, adds `node` and drops the agent's own
     namespace, pod and container."""
     docs = render(name)
-    monitors = [d for d in docs if d["apiVersion"].startswith(MONITORING_GROUP + "/")]
+    monitors = [d for d in docs if d["kind"] in {"ServiceMonitor", "PodMonitor"}]
     assert len(monitors) == 1
     monitor = monitors[0]
     selector = monitor["spec"]["selector"]
