@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import free_port
-from tests.monitoring.prom import NodePrometheus, prometheus_scraping
+from tests.monitoring.prom import NodePrometheus, prometheus_scraping, stop
 
 SCRAPE_INTERVAL_S = 1
 NODE = "demo"
@@ -63,13 +63,7 @@ def demo_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodePr
             time.sleep(WARM_UP_S)
             yield prom
     finally:
-        if demo.poll() is None:
-            demo.terminate()
-            try:
-                demo.wait(15)
-            except subprocess.TimeoutExpired:
-                demo.kill()
-                demo.wait(5)
+        stop(demo)
         if demo.stdout is not None:
             demo.stdout.close()
         demo_log.close()

@@ -94,9 +94,16 @@ def prometheus_scraping(
             wait_until(lambda: len(prom.query("up == 1")) == 2, timeout=30)
             yield prom
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL after 15 s; reaped either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

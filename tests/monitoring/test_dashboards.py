@@ -315,7 +315,7 @@ def test_lint_rejects_a_bad_panel(boards: dict[str, dict[str, Any]]) -> None:
     second = list(panels(board))[1]
     second["type"] = "graph"
     namespace = next(v for v in variables(board) if v["name"] == "namespace")
-    namespace["query"]["query"] = "labelgrafana_values(podres_container_exclusive_cpus, namespace)"
+    namespace["query"]["query"] = "label_values(podres_container_exclusive_cpus, namespace)"
     problems = "\n".join(lint(board))
     assert f"{first['title']}: no unit" in problems
     assert f"{second['title']}: panel type 'graph' is not allowed" in problems
@@ -387,7 +387,7 @@ def test_every_query_returns_data_on_the_demo(
 def test_every_variable_query_returns_values_on_the_demo(
     boards: dict[str, dict[str, Any]], demo_prometheus: NodePrometheus
 ) -> None:
-    """Each labelgrafana_values(...) variable answers through /api/v1/label/<l>/values with the
+    """Each label_values(...) variable answers through /api/v1/label/<l>/values with the
     selector as match[], and the node and cluster variables offer the demo's."""
     seen: dict[str, list[str]] = {}
     for board in boards.values():
@@ -398,7 +398,7 @@ def test_every_variable_query_returns_values_on_the_demo(
             kind, selector, label = split_variable_query(variable_query(variable))
             selector = substitute(selector, values)
             if kind == "label_values":
-                found = demo_prometheus.labelgrafana_values(label, selector)
+                found = demo_prometheus.label_values(label, selector)
             else:
                 found = [str(r["metric"]) for r in demo_prometheus.query(selector)]
             assert found, (board["uid"], variable["name"], selector)
