@@ -7,6 +7,8 @@ deleted and brought back, and an uninstall that leaves nothing behind.
 
 from __future__ import annotations
 
+import json
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +25,9 @@ from tests.conftest import Samples, http_get, parse_samples, select
 from tests.e2e.cluster import Cluster, ClusterError, wait_for
 from tests.e2e.conftest import OVERLAY
 from tests.e2e.images import PROJECT_IMAGE
+from tests.monitoring.dashboard_lint import grafana_values, substitute, targets
+from tests.monitoring.prom import NodePrometheus, prometheus_scraping
+from tests.monitoring.test_rule_series import alert_exprs
 
 # Setting up (image build, cluster start) and the kubelet restarts take minutes, not seconds.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -34,6 +39,7 @@ PLUGIN_URL = "http://127.0.0.1:9843"
 FUSE = "podres.io/fuse"
 FUSE_REPLICAS = 32  # deploy/base/plugin.toml
 PART_OF = "app.kubernetes.io/part-of=podres-exporter"
+DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -188,6 +194,24 @@ def workloads(installed: Cluster) -> Cluster:
     return cluster
 
 
+@pytest.fixture(scope="module")
+def cluster_prometheus(workloads: Cluster) -> Iterator[NodePrometheus]:
+    """A real Prometheus scraping the installed exporter and plugin on the node's address,
+    labelled as the ServiceMonitor labels them."""
+    with (
+        tempfile.TemporaryDirectory(prefix="podres-e2e-prom-") as tmp,
+        prometheus_scraping(
+            Path(tmp),
+            EXPORTER_URL.removeprefix("http://"),
+            PLUGIN_URL.removeprefix("http://"),
+            node=workloads.node_name,
+            cluster="e2e",
+        ) as prom,
+    ):
+        time.sleep(8)  # a rate() over four scrape intervals needs that much behind it
+        yield prom
+
+
 def exporter_sees_workloads() -> Samples | None:
     try:
         samples = metrics(EXPORTER_URL)
@@ -323,6 +347,47 @@ def test_plugin_device_reaches_the_pod_and_the_api(workloads: Cluster) -> None:
     assert one(metrics(PLUGIN_URL), "podres_plugin_registered", resource=FUSE) == 1
 
 
+def test_dashboards_and_alerts_on_the_real_exporter(cluster_prometheus: NodePrometheus) -> None:
+    """Every shipped panel query and alert expression evaluates against a Prometheus scraping
+    the exporter on the real kubelet; the allocation boards show this node, and the only alert
+    whose condition holds is the one this node's state calls for."""
+    prom = cluster_prometheus
+    empty: set[str] = set()
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        values = grafana_values(board, prom)
+        for target in targets(board):
+            if not prom.query(substitute(target.expr, values)):
+                empty.add(target.key)
+    answered = {
+        "podres-node-allocation / CPUs per NUMA node by pool / A",
+        "podres-node-allocation / CPU map / A",
+        "podres-node-allocation / Devices per resource and NUMA node / A",
+        "podres-node-allocation / Devices held by containers / A",
+        "podres-node-allocation / Memory per NUMA node / A",
+        "podres-node-allocation / Pinned memory by container / A",
+        "podres-fleet / Nodes and resources / A",
+        "podres-node-allocation / Exclusive CPUs by container / A",
+        "podres-node-allocation / Pods / A",
+        "podres-node-allocation / Containers / A",
+        "podres-fleet / Nodes reporting / A",
+        "podres-health / Kubelet up / A",
+        "podres-health / Collector success / A",
+        "podres-health / Targets up / A",
+        "podres-health / Plugin registered / A",
+    }
+    assert not answered & empty, sorted(answered & empty)
+    results = {name: prom.query(expr) for name, expr in alert_exprs().items()}
+    firing = {name: rows for name, rows in results.items() if rows}
+    # The Guaranteed pod holds the node's one allocatable CPU: no shared CPU is left beside
+    # the reserved one, which is what this alert is for. Nothing else is wrong here.
+    assert set(firing) == {"PodresSharedCPUPoolLow"}
+    (row,) = firing["PodresSharedCPUPoolLow"]
+    assert row["metric"]["node"] == prom.node
+    assert row["metric"]["numa_node"] == "0"
+    assert float(row["value"][1]) == 0
+
+
 class Watcher:
     """Scrapes the exporter every 200 ms in the background and keeps what it saw."""
 
@@ -432,9 +497,11 @@ def test_three_kubelet_restarts(workloads: Cluster) -> None:
             assert st["restartCount"] == 0, pod["metadata"]["name"]
 
 
-def test_plugin_pod_deleted_then_brought_back(workloads: Cluster) -> None:
-    """With the plugin's pod gone its held device is allocated_unhealthy on /metrics; the
-    DaemonSet brings the plugin back and health recovers."""
+def test_plugin_pod_deleted_then_brought_back(
+    workloads: Cluster, cluster_prometheus: NodePrometheus
+) -> None:
+    """With the plugin's pod gone its held device is allocated_unhealthy on /metrics and the
+    alert for it names the pod; the DaemonSet brings the plugin back and health recovers."""
     cluster = workloads
     selector = "app.kubernetes.io/component=device-plugin"
     (old,) = cluster.get_json("pods", "-n", NAMESPACE, "-l", selector)["items"]
@@ -456,6 +523,19 @@ def test_plugin_pod_deleted_then_brought_back(workloads: Cluster) -> None:
             interval=0.5,
         )
         assert fuse_state(unhealthy, "allocatable") == 0
+        alert = alert_exprs()["PodresDeviceUnhealthyWhileAllocated"]
+        (row,) = wait_for(
+            "the unhealthy-device alert's expression to name the holder",
+            lambda: cluster_prometheus.query(alert),
+            timeout=30,
+            interval=0.5,
+        )
+        assert {k: row["metric"][k] for k in ("namespace", "pod", "resource", "node")} == {
+            "namespace": WORKLOADS,
+            "pod": "fuse-user",
+            "resource": FUSE,
+            "node": cluster.node_name,
+        }
         assert select(unhealthy, "podres_container_device_info", pod="fuse-user")
     finally:
         cluster.resume_controllers()
