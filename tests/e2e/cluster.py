@@ -7,10 +7,7 @@ private mount namespace where the well-known host paths a DaemonSet mounts
 are bind mounts of directories under the run's work directory: the manifests mount the
 paths a real node has, and nothing of the host is touched. Everything is torn down
 (workloads, processes, cgroups, mounts) so that the suite can run twice in a row.
-
-Used by ``tests/e2e``; also runnable by hand::
-
-    python -m tests.e2e.cluster --kubernetes DIR up     # prints the kubeconfig, Ctrl-C stops
+Used by ``tests/e2e`` (its conftest builds the images and starts one for the session).
 """
 
 from __future__ import annotations
@@ -21,14 +18,15 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from tests.conftest import free_port
 
 KUBE_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 NODE_NAME = "podres-e2e"
@@ -41,12 +39,6 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 class ClusterError(RuntimeError):
     """The cluster could not be brought up (the message says which part and where its log is)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
@@ -124,7 +116,6 @@ class Cluster:
 
     binaries: dict[str, Path]
     work: Path
-    log: Callable[[str], None] = print
     node_name: str = NODE_NAME
     processes: dict[str, Process] = field(default_factory=dict)
     _created_dirs: list[Path] = field(default_factory=list)
@@ -133,10 +124,11 @@ class Cluster:
     def __post_init__(self) -> None:
         self.work = self.work.resolve()
         self.logs = self.work / "logs"
-        self.kubelet_root = self.work / "kubelet"
+        # The node paths inside the mount namespace, as seen from here.
+        self.kubelet_root = self.private("/var/lib/kubelet")
         self.pod_resources_socket = self.kubelet_root / "pod-resources" / "kubelet.sock"
         self.device_plugin_dir = self.kubelet_root / "device-plugins"
-        self.pod_logs = self.work / "log-pods"
+        self.pod_logs = self.private("/var/log/pods")
         self.containerd_dir = self.work / "containerd"
         self.containerd_socket = self.containerd_dir / "containerd.sock"
         self.kubeconfig = self.work / "kubeconfig"
@@ -153,6 +145,10 @@ class Cluster:
                 "scheduler",
             )
         }
+
+    def private(self, path: str) -> Path:
+        """The work directory behind the node path ``path`` in the cluster's mount namespace."""
+        return self.work / "host" / path.strip("/").replace("/", "-")
 
     # ------------------------------------------------------------------ plumbing
 
@@ -218,7 +214,7 @@ class Cluster:
         """A process holding a private mount namespace with the node paths bind-mounted."""
         script = ["set -e"]
         for path in PRIVATE_HOST_PATHS:
-            private = self.work / "host" / path.strip("/").replace("/", "-")
+            private = self.private(path)
             private.mkdir(parents=True, exist_ok=True)
             target = Path(path)
             if not target.exists():
@@ -249,11 +245,6 @@ class Cluster:
             _, err = self._holder.communicate(timeout=5)
             self._holder = None
             raise ClusterError(f"cannot make a private mount namespace (needs root): {err!r}")
-        # The private views of the paths, as seen from the host.
-        self.kubelet_root = self.work / "host" / "var-lib-kubelet"
-        self.pod_resources_socket = self.kubelet_root / "pod-resources" / "kubelet.sock"
-        self.device_plugin_dir = self.kubelet_root / "device-plugins"
-        self.pod_logs = self.work / "host" / "var-log-pods"
 
     def _start_containerd(self) -> None:
         cni = self.work / "cni"
@@ -310,10 +301,6 @@ state = "{self.containerd_dir / "state"}"
         result = self._ctr("images", "import", str(archive))
         if result.returncode != 0:
             raise ClusterError(f"ctr images import {archive}: {result.stderr.strip()}")
-
-    def images(self) -> list[str]:
-        out = self._ctr("images", "ls", "-q").stdout
-        return out.split()
 
     def _start_etcd(self) -> None:
         port, peer = self.ports["etcd"], self.ports["etcd-peer"]
@@ -598,15 +585,3 @@ def _remove_cgroups(name: str) -> None:
         for path in [*dirs, top]:
             with contextlib.suppress(OSError):
                 path.rmdir()
-
-
-@contextlib.contextmanager
-def running(
-    binaries: dict[str, Path], work: Path, log: Callable[[str], None] = print
-) -> Iterator[Cluster]:
-    cluster = Cluster(binaries, work, log)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()

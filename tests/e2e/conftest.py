@@ -82,7 +82,7 @@ def cluster(kube_binaries_dir: Path) -> Iterator[Cluster]:
         images.save(PAUSE_IMAGE, work / "pause.tar"),
     ]
     _log(f"images ready after {time.monotonic() - started:.0f}s; starting the cluster in {work}")
-    cluster = Cluster(binaries, work, _log)
+    cluster = Cluster(binaries, work)
     ok = False
     try:
         cluster.start()
