@@ -98,11 +98,6 @@ class KubeletWatch:
         self._thread: threading.Thread | None = None
 
     @property
-    def identity(self) -> FileIdentity | None:
-        with self._cond:
-            return self._identity
-
-    @property
     def generation(self) -> int:
         with self._cond:
             return self._generation
@@ -203,6 +198,7 @@ class ResourcePlugin:
         self._metrics = metrics
         self._watch = watch
         self._dir = plugin_dir
+        self._kubelet_path = os.path.join(os.path.abspath(plugin_dir), KUBELET_SOCKET)
         self._recheck = recheck
         self._timing = timing
         self._max_workers = max_workers
@@ -253,14 +249,13 @@ class ResourcePlugin:
     def _run(self) -> None:
         backoff = lost_backoff = self._timing.backoff_initial_s
         next_attempt = 0.0
-        kubelet_path = os.path.join(os.path.abspath(self._dir), KUBELET_SOCKET)
-        seen_kubelet = file_identity(kubelet_path)
+        seen_kubelet = file_identity(self._kubelet_path)
         while not self._stop.is_set():
             generation = self._watch.generation
             # Read afresh, not the watch's copy, which can lag behind a registration that
             # already went to the new kubelet (a re-serve then would register twice, and
             # the kubelet drops the newer endpoint when the older one's stream ends).
-            kubelet = file_identity(kubelet_path)
+            kubelet = file_identity(self._kubelet_path)
             try:
                 if kubelet != seen_kubelet:  # a new kubelet: serve and register at once
                     seen_kubelet = kubelet
@@ -378,10 +373,7 @@ class ResourcePlugin:
         )
         server = grpc.server(executor)
         servicer = DevicePluginServicer(
-            self.resource,
-            self._board,
-            self._metrics,
-            recheck=self._recheck,
+            self.resource, self._board, self._metrics, recheck=self._recheck
         )
         servicer.on_stream_lost = self._stream_ended
         pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
@@ -460,7 +452,7 @@ class ResourcePlugin:
 
     def _call_register(self, endpoint: str) -> FileIdentity:
         """Register ``endpoint``; the identity of the kubelet socket that answered."""
-        kubelet_path = os.path.join(os.path.abspath(self._dir), KUBELET_SOCKET)
+        kubelet_path = self._kubelet_path
         kubelet = file_identity(kubelet_path)
         if kubelet is None or not _is_socket(kubelet_path):
             raise RegistrationError(f"no kubelet socket at {kubelet_path}", code="UNAVAILABLE")
