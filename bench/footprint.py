@@ -17,7 +17,7 @@ when ready and at the end, and VmHWM (the peak) at the end, from
 
 The full run adds the exporter alone on large synthetic nodes for the limits:
 ``Scenario.synthetic`` with 2,000 and 20,000 pods (128 CPUs, two devices per pod,
-one pod in 20 with an exclusive CPU, no churn), written to a scenario file.
+one pod in 20 with an exclusive CPU, no churn), served as ``--scenario synthetic:PODS:20``.
 
 docs/performance.md ("Daemon footprint") turns these figures into the manifests'
 requests and limits with the rule in ``derive`` below, which this script prints.
@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podres_exporter.sim import Scenario, load_builtin
+from podres_exporter.sim import load_builtin
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SCRAPE_EVERY_S = 15.0
@@ -365,66 +365,12 @@ def run_demo(seconds: float) -> list[Daemon]:
         return [exporter, plugin]
 
 
-def scenario_toml(sc: Scenario) -> str:
-    """A scenario file for the fields ``Scenario.synthetic`` uses (checked by a round trip)."""
-    node = sc.node
-    lines = [
-        f'name = "{sc.name}"',
-        f"seed = {sc.seed}",
-        "[node]",
-        f'name = "{node.name}"',
-        f"numa_cpus = {[list(c) for c in node.numa_cpus]}",
-        f"reserved_cpus = {list(node.reserved_cpus)}",
-        f'cpu_policy = "{node.cpu_policy}"',
-        f'memory_policy = "{node.memory_policy}"',
-    ]
-    runs: list[tuple[str, tuple[int, ...] | None, list[str]]] = []  # in order: it matters
-    for d in node.devices:
-        if runs and runs[-1][:2] == (d.resource, d.numa):
-            runs[-1][2].append(d.id)
-        else:
-            runs.append((d.resource, d.numa, [d.id]))
-    for resource, numa, ids in runs:
-        lines += ["[[node.devices]]", f'resource = "{resource}"', f"ids = {json.dumps(ids)}"]
-        if numa is not None:
-            lines.append(f"numa = {list(numa)}")
-    for p in sc.pods:
-        lines += [
-            "[[pods]]",
-            f'namespace = "{p.namespace}"',
-            f'name = "{p.name}"',
-            f"replicas = {p.replicas}",
-            f'naming = "{p.naming}"',
-        ]
-        if p.qos is not None:
-            lines.append(f'qos = "{p.qos}"')
-        for c in p.containers:
-            lines += [
-                "[[pods.containers]]",
-                f'name = "{c.name}"',
-                f'kind = "{c.kind}"',
-                f'cpu = "{c.cpu_m}m"',
-                f"memory = {c.memory}",
-            ]
-            if c.devices:
-                devices = ", ".join(f'"{r}" = {n}' for r, n in c.devices.items())
-                lines.append(f"devices = {{ {devices} }}")
-    text = "\n".join(lines) + "\n"
-    back = Scenario.loads(text)
-    same = (back.node, back.pods, back.kubelet, back.seed, back.churn_interval_s)
-    if same != (node, sc.pods, sc.kubelet, sc.seed, sc.churn_interval_s):
-        raise RuntimeError("scenario_toml: the synthetic scenario does not round-trip")
-    return text
-
-
 def run_large(pods: int, seconds: float) -> Daemon:
     """The exporter alone on a large synthetic node (no churn)."""
     children: list[Daemon] = []
     with workdir() as tmp:
         try:
-            scenario = tmp / "large.toml"
-            scenario.write_text(scenario_toml(Scenario.synthetic(pods, exclusive_every=20)))
-            sim = spawn("simulator", sim_args(str(scenario), tmp), tmp)
+            sim = spawn("simulator", sim_args(f"synthetic:{pods}:20", tmp), tmp)
             children.append(sim)
             wait_for("the simulated kubelet's socket", (tmp / "kubelet.sock").exists, [sim])
             port = free_port()

@@ -577,3 +577,29 @@ def test_module_runs_standalone_until_sigterm(tmp_path: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
+
+
+def test_module_serves_a_synthetic_scenario(tmp_path: Path) -> None:
+    """--scenario synthetic:PODS:N serves Scenario.synthetic with every Nth pod exclusive; a
+    malformed one exits 2 naming it."""
+    sock = tmp_path / "k.sock"
+    argv = [sys.executable, "-m", "podres_exporter.sim", "--socket", str(sock)]
+    bad = subprocess.run(
+        [*argv, "--scenario", "synthetic:many"], check=False, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "synthetic:PODS[:N]" in bad.stderr
+    proc = subprocess.Popen([*argv, "--scenario", "synthetic:30:10", "--churn-interval", "0"])
+    try:
+        deadline = time.monotonic() + 20
+        while not sock.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        with grpc.insecure_channel(f"unix:{sock}") as ch:
+            resp = V1Stub(ch).List(
+                api_pb2.ListPodResourcesRequest(), timeout=10, wait_for_ready=True
+            )
+        assert len(resp.pod_resources) == 30
+        exclusive = [p for p in resp.pod_resources if any(c.cpu_ids for c in p.containers)]
+        assert len(exclusive) == 3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)

@@ -3,7 +3,8 @@
     python -m podres_exporter.sim --scenario demo --socket /tmp/podres/kubelet.sock \\
         [--sysfs-out DIR] [--churn-interval SECONDS]
 
-``--scenario`` is a built-in name (``demo``, ``minimal`` ...) or a TOML file.
+``--scenario`` is a built-in name (``demo``, ``minimal`` ...), a TOML file, or
+``synthetic:PODS[:N]`` (``Scenario.synthetic``: every Nth pod with an exclusive CPU).
 ``--churn-interval`` defaults to the scenario's (0 turns churn off). On a signal the
 server stops and the socket is removed.
 """
@@ -35,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scenario",
         default="demo",
-        help=f"built-in scenario ({', '.join(builtin_names())}) or a TOML file (default: demo)",
+        help=f"built-in scenario ({', '.join(builtin_names())}), a TOML file, or "
+        "synthetic:PODS[:N] for Scenario.synthetic (every Nth pod with an exclusive CPU) "
+        "(default: demo)",
     )
     p.add_argument("--socket", required=True, type=Path, help="unix socket path to serve on")
     p.add_argument("--sysfs-out", type=Path, help="also write a fake sysfs tree for the node here")
@@ -49,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(name: str) -> Scenario:
+    if name.startswith("synthetic:"):
+        try:
+            pods, *every = (int(n) for n in name.removeprefix("synthetic:").split(":"))
+        except ValueError:
+            raise ScenarioError("--scenario", name, "expected synthetic:PODS[:N]") from None
+        if pods < 1 or len(every) > 1 or (every and every[0] < 0):
+            raise ScenarioError("--scenario", name, "expected synthetic:PODS[:N]")
+        return Scenario.synthetic(pods, exclusive_every=every[0] if every else 0)
     path = Path(name)
     if path.suffix == ".toml" or path.is_file():
         return Scenario.load(path)
