@@ -38,8 +38,8 @@ from podres_exporter.http import _render
 from podres_exporter.model import Snapshot
 from podres_exporter.settings import build
 from podres_exporter.sim import Scenario, SimKubelet, load_builtin, write_sysfs
+from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.kubelet import KubeletClient
-from podres_exporter.sources.sysfs import read_topology
 from podres_exporter.view import NodeView
 
 

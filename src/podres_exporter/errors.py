@@ -50,3 +50,72 @@ class KubeletTimeout(KubeletError):
 
 class KubeletNotServed(KubeletError):
     """The RPC is unimplemented or disabled by a feature gate on this kubelet."""
+
+
+# ------------------------------------------------------------------ podres top
+
+
+class FetchError(PodresError):
+    """A source could not be read. ``exit_code``: 2 (cannot reach what a flag names), 1."""
+
+    def __init__(self, message: str, *, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# ------------------------------------------------------------------ the device plugin
+
+
+class RegistrationError(PodresError):
+    """The kubelet refused the registration or could not be reached."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class AllocationError(PodresError):
+    """Allocate was given ids it cannot honour. ``reason``: ``unknown`` or ``unhealthy``."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# ------------------------------------------------------------------ the simulator
+
+
+class ScenarioError(PodresError, ValueError):
+    """A scenario is invalid. The message names the file (or source) and the key."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source = source
+        self.key = key
+        self.problem = problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+# The pod status reason of a container the device manager could not admit.
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+
+
+class AdmissionError(PodresError):
+    """A container cannot be admitted. ``str()`` is the device manager's error, ``reason``
+    the pod status reason (``UnexpectedAdmissionError``, or ``OutOf<resource>`` when the
+    node has no such resource at all)."""
+
+    def __init__(self, message: str, *, reason: str = UNEXPECTED_ADMISSION_ERROR) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    @property
+    def pod_message(self) -> str:
+        """The message of the rejected pod's status, as the kubelet words it."""
+        if self.reason == UNEXPECTED_ADMISSION_ERROR:
+            return f"Allocate failed due to {self}"
+        return str(self)
+
+
+class PreStartError(PodresError):
+    """``PreStartContainer`` failed: the container would not start."""

@@ -13,7 +13,7 @@ from podres_exporter.deviceplugin import inventory as inv
 from podres_exporter.deviceplugin.config import PluginConfig, ResourceConfig, parse_config
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Discoverer, Monitor
-from podres_exporter.sources.fakenvml import FakeNvml
+from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_exporter.telemetry import GpuInventory, GpuReading, NetReading, SysfsDevices
 from tests.deviceplugin.support import VF_ADDRESSES, remove_function, write_sysfs

@@ -15,8 +15,8 @@ import pytest
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
-from podres_exporter.settings import parse_listen_address
-from podres_exporter.sources.fakenvml import FakeNvml
+from podres_exporter.options import parse_listen_address
+from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
 from tests.conftest import http_get
 from tests.deviceplugin.support import VF_ADDRESSES, MiniKubelet, write_sysfs

@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
+from podres_exporter.errors import AdmissionError, PreStartError, ScenarioError
 from podres_exporter.sim import (
     ContainerSpec,
     DevicePluginsSpec,
@@ -20,15 +21,9 @@ from podres_exporter.sim import (
     NodeSpec,
     PodSpec,
     Scenario,
-    ScenarioError,
     SimKubelet,
 )
-from podres_exporter.sim.devicemanager import (
-    CHECKPOINT,
-    AdmissionError,
-    PreStartError,
-    SimDeviceManager,
-)
+from podres_exporter.sim.devicemanager import CHECKPOINT, SimDeviceManager
 from podres_exporter.sim.scenario import extended_resource_problem
 from tests.conftest import wait_until
 from tests.sim.plugin_fixture import Dev, FakePlugin, devs

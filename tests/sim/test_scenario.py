@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from podres_exporter.errors import ScenarioError
 from podres_exporter.sim import (
     Node,
     NodeSpec,
     Scenario,
-    ScenarioError,
     builtin_names,
     format_cpu_list,
     load_builtin,

@@ -18,9 +18,10 @@ from pathlib import Path
 from podres_exporter import logconf
 from podres_exporter.cli.export import Exporter, wait_for_signal
 from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
-from podres_exporter.errors import ConfigError
-from podres_exporter.settings import Settings, parse_duration
-from podres_exporter.sim import Scenario, ScenarioError, SimKubelet, builtin_names
+from podres_exporter.errors import ConfigError, ScenarioError
+from podres_exporter.options import parse_duration
+from podres_exporter.settings import Settings
+from podres_exporter.sim import Scenario, SimKubelet, builtin_names
 from podres_exporter.sim.hostfs import SimHost
 from podres_exporter.sim.scenario import load_builtin
 

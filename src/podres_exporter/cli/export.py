@@ -18,6 +18,8 @@ from podres_exporter.errors import ConfigError
 from podres_exporter.http import Exposition, MetricsServer
 from podres_exporter.poller import Backoff, Poller, Source, SourceRunner, Store
 from podres_exporter.settings import Settings
+from podres_exporter.sources.cputopology import read_topology
+from podres_exporter.sources.devices import read_devices
 from podres_exporter.sources.gpu import GpuBackend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.procfs import (
@@ -25,8 +27,6 @@ from podres_exporter.sources.procfs import (
     read_cpu_times,
     read_pid_cgroups,
 )
-from podres_exporter.sources.sysfs import read_topology
-from podres_exporter.sources.sysfs_devices import read_devices
 
 log = structlog.get_logger(__name__)
 

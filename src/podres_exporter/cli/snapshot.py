@@ -11,7 +11,7 @@ from podres_exporter.errors import ConfigError, KubeletError, KubeletUnavailable
 from podres_exporter.model import NodeTopology, Snapshot
 from podres_exporter.report import to_dict
 from podres_exporter.settings import Settings
-from podres_exporter.sources.sysfs import read_topology
+from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.telemetry import Telemetry
 from podres_exporter.view import NodeView
 

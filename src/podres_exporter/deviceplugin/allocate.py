@@ -31,7 +31,7 @@ from typing import Final
 
 from podres_exporter.deviceplugin.config import DiscoverKind, ResourceConfig
 from podres_exporter.deviceplugin.inventory import Device, Hardware, ResourceInventory
-from podres_exporter.errors import PodresError
+from podres_exporter.errors import AllocationError
 
 __all__ = [
     "NETDEVICES_ENV",
@@ -58,14 +58,6 @@ _SAME_GPU: Final = 0  # MIG devices of one board: NVML_TOPOLOGY_INTERNAL
 # distinct devices the greedy pick starts from the lowest id only.
 _MAX_NUMA_SEARCH: Final = 12
 _MAX_STARTS: Final = 32
-
-
-class AllocationError(PodresError):
-    """Allocate was given ids it cannot honour. ``reason``: ``unknown`` or ``unhealthy``."""
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

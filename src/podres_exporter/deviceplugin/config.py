@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from podres_exporter.errors import ConfigError
-from podres_exporter.settings import parse_duration
+from podres_exporter.options import parse_duration
 
 __all__ = [
     "DEFAULT_HEALTH_INTERVAL_S",

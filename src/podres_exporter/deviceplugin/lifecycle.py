@@ -45,7 +45,7 @@ from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Board
 from podres_exporter.deviceplugin.servicer import DevicePluginServicer, plugin_options
-from podres_exporter.errors import PodresError
+from podres_exporter.errors import RegistrationError
 from podres_exporter.fileid import FileIdentity, file_identity
 
 __all__ = [
@@ -63,14 +63,6 @@ API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 # A unix socket path longer than this does not fit sockaddr_un on Linux.
 _MAX_SOCKET_PATH: Final = 107
-
-
-class RegistrationError(PodresError):
-    """The kubelet refused the registration or could not be reached."""
-
-    def __init__(self, message: str, *, code: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _is_socket(path: str) -> bool:

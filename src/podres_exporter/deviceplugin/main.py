@@ -30,7 +30,7 @@ import structlog
 from podres_exporter import __version__, logconf
 from podres_exporter.deviceplugin.config import PluginConfig, load_config
 from podres_exporter.errors import ConfigError, PodresError
-from podres_exporter.settings import (
+from podres_exporter.options import (
     Option,
     parse_duration,
     parse_listen_address,

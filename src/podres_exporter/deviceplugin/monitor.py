@@ -1,7 +1,7 @@
 """The health loop: read the hardware, rebuild each resource's inventory, publish it.
 
 :class:`Discoverer` is the plugin's I/O edge for hardware: the GPU backend (NVML),
-:func:`~podres_exporter.sources.sysfs_devices.read_devices` under ``--path.sysfs``
+:func:`~podres_exporter.sources.devices.read_devices` under ``--path.sysfs``
 (plus each PCI function's ``iommu_group`` link and the ``class/net`` listing), and
 globs under ``--path.dev``. To stay cheap at a 500 ms interval it lists every PCI
 function only on every ``full_scan_every``-th look (and the first); in between it
@@ -31,8 +31,8 @@ from podres_exporter.deviceplugin import inventory as inv
 from podres_exporter.deviceplugin.config import DiscoverKind, PluginConfig, ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.errors import SourceError
+from podres_exporter.sources.devices import normalize_pci_address, read_devices
 from podres_exporter.sources.gpu import GpuBackend, GpuTopology
-from podres_exporter.sources.sysfs_devices import normalize_pci_address, read_devices
 from podres_exporter.telemetry import GpuInventory, SysfsDevices
 
 __all__ = ["Board", "Discoverer", "Monitor", "TopologySource"]

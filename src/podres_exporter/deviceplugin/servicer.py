@@ -24,7 +24,6 @@ import structlog
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from podres_exporter.deviceplugin.allocate import (
-    AllocationError,
     ContainerAllocation,
     allocate,
     check_ids,
@@ -34,6 +33,7 @@ from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.inventory import ResourceInventory
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Board
+from podres_exporter.errors import AllocationError
 
 __all__ = ["DevicePluginServicer", "list_and_watch_response", "plugin_options"]
 

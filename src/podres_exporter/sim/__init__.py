@@ -20,11 +20,9 @@ through the registered plugins (GetPreferredAllocation, Allocate).
 """
 
 from podres_exporter.sim.devicemanager import (
-    AdmissionError,
     AllocationResult,
     PluginDevice,
     PluginOptions,
-    PreStartError,
     RegistrationRecord,
     SimDeviceManager,
 )
@@ -48,7 +46,6 @@ from podres_exporter.sim.scenario import (
     NodeSpec,
     PodSpec,
     Scenario,
-    ScenarioError,
     builtin_names,
     format_cpu_list,
     load_builtin,

@@ -21,7 +21,8 @@ from types import FrameType
 
 import structlog
 
-from podres_exporter.sim.scenario import Scenario, ScenarioError, builtin_names, load_builtin
+from podres_exporter.errors import ScenarioError
+from podres_exporter.sim.scenario import Scenario, builtin_names, load_builtin
 from podres_exporter.sim.server import SimKubelet
 from podres_exporter.sim.sysfs import write_sysfs
 

@@ -53,6 +53,7 @@ import grpc
 import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as dp
+from podres_exporter.errors import UNEXPECTED_ADMISSION_ERROR, AdmissionError, PreStartError
 from podres_exporter.sim.scenario import extended_resource_problem
 
 __all__ = [
@@ -83,33 +84,12 @@ CHECKPOINT = "kubelet_internal_checkpoint"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 PRE_START_TIMEOUT_S = 30.0
-UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+
 
 REGISTER = f"/{VERSION}.Registration/Register"
 _PLUGIN = f"/{VERSION}.DevicePlugin"
 _CHECKPOINT_FORMAT = "podres-sim-devicemanager/1"
 _MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path
-
-
-class AdmissionError(Exception):
-    """A container cannot be admitted. ``str()`` is the device manager's error, ``reason``
-    the pod status reason (``UnexpectedAdmissionError``, or ``OutOf<resource>`` when the
-    node has no such resource at all)."""
-
-    def __init__(self, message: str, *, reason: str = UNEXPECTED_ADMISSION_ERROR) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-    @property
-    def pod_message(self) -> str:
-        """The message of the rejected pod's status, as the kubelet words it."""
-        if self.reason == UNEXPECTED_ADMISSION_ERROR:
-            return f"Allocate failed due to {self}"
-        return str(self)
-
-
-class PreStartError(Exception):
-    """``PreStartContainer`` failed: the container would not start."""
 
 
 @dataclass(frozen=True, slots=True)

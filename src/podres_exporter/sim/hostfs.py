@@ -7,7 +7,7 @@ For the demo and the tests, everything the exporter reads besides the kubelet:
   busy, the shared pool half busy) and ``<pid>/cgroup`` for every GPU process;
 - the kubelet's log names under ``log/pods`` and ``log/containers``, which map
   container IDs to containers;
-- a fake NVML (:class:`~podres_exporter.sources.fakenvml.FakeNvml`) with the
+- a fake NVML (:class:`~podres_exporter.sim.fakenvml.FakeNvml`) with the
   scenario's GPUs and MIG devices, each running processes of its holders.
 
 :meth:`SimHost.refresh` follows the simulated kubelet's pods (churn included) and
@@ -36,10 +36,10 @@ from podres_exporter.sim.devtree import (
     interface_name,
     write_device_tree,
 )
+from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sim.node import PodState
 from podres_exporter.sim.server import SimKubelet
 from podres_exporter.sim.sysfs import write_sysfs
-from podres_exporter.sources.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
 
 _TICKS = 100  # USER_HZ of the simulated /proc/stat

@@ -48,7 +48,8 @@ from typing import Literal
 
 import structlog
 
-from podres_exporter.sim.devicemanager import AdmissionError, PreStartError, SimDeviceManager
+from podres_exporter.errors import AdmissionError, PreStartError
+from podres_exporter.sim.devicemanager import SimDeviceManager
 from podres_exporter.sim.scenario import (
     ClaimDeviceSpec,
     ContainerKind,

@@ -93,6 +93,7 @@ from types import MappingProxyType
 from typing import Any, Literal, cast, get_args
 
 from podres_exporter.cpulist import format_cpulist, parse_cpulist
+from podres_exporter.errors import ScenarioError
 from podres_exporter.model import ClaimDevice
 
 __all__ = [
@@ -134,17 +135,6 @@ Naming = Literal["exact", "deployment", "generated", "statefulset", "static"]
 
 MEMORY_TYPE = "memory"
 _HUGEPAGES = re.compile(r"^hugepages-\d+(Ki|Mi|Gi)$")
-
-
-class ScenarioError(ValueError):
-    """A scenario is invalid. The message names the file (or source) and the key."""
-
-    def __init__(self, source: str, key: str, problem: str) -> None:
-        self.source = source
-        self.key = key
-        self.problem = problem
-        where = f"{source}: {key}" if key else source
-        super().__init__(f"{where}: {problem}")
 
 
 # --------------------------------------------------------------------------- quantities

@@ -35,9 +35,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from podres_exporter.errors import (
     ConfigError,
+    FetchError,
     KubeletError,
     KubeletUnavailable,
-    PodresError,
     SourceError,
 )
 from podres_exporter.model import KubeletReading, Snapshot
@@ -59,14 +59,6 @@ HTTP_TIMEOUT_S = 5.0
 # The window of rate(podres_cpu_busy_seconds_total[...]) asked of Prometheus: two
 # scrapes fit in it at scrape intervals up to a minute.
 RATE_WINDOW = "2m"
-
-
-class FetchError(PodresError):
-    """A source could not be read. ``exit_code``: 2 (cannot reach what a flag names), 1."""
-
-    def __init__(self, message: str, *, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class Source(Protocol):
@@ -160,7 +152,7 @@ class LocalSource:
     def read(self) -> Reading:
         from podres_exporter import __version__
         from podres_exporter.collectors import RenderContext, collect_all
-        from podres_exporter.sources.sysfs import read_topology
+        from podres_exporter.sources.cputopology import read_topology
         from podres_exporter.view import NodeView
 
         previous = self._view

@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from podres_exporter import logconf
-from podres_exporter.errors import ConfigError
+from podres_exporter.errors import ConfigError, FetchError
+from podres_exporter.options import parse_duration
 from podres_exporter.settings import build as build_settings
-from podres_exporter.settings import parse_duration
 from podres_exporter.top.fetch import (
     ExporterSource,
-    FetchError,
     LocalSource,
     PrometheusSource,
     Source,

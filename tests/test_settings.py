@@ -8,7 +8,8 @@ import pytest
 
 from podres_exporter.cli import main
 from podres_exporter.errors import ConfigError
-from podres_exporter.settings import build, parse_duration, parse_listen_address, parse_size
+from podres_exporter.options import parse_duration, parse_listen_address, parse_size
+from podres_exporter.settings import build
 
 NAMES = ("cpu", "devices")
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from podres_exporter.cli.export import Exporter
 from podres_exporter.sim import Scenario, SimKubelet
 from podres_exporter.sim.devtree import AmdGpu, IbPort, InfinibandHca, IntelGpu, write_device_tree
-from podres_exporter.sources.fakenvml import FakeNvml
+from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_exporter.telemetry import GpuInventory
 from tests.conftest import (

@@ -19,12 +19,12 @@ from podres_exporter.http import _render
 from podres_exporter.model import Snapshot
 from podres_exporter.poller import SourceRunner
 from podres_exporter.sim import SimKubelet
+from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.kubelet import KubeletClient
-from podres_exporter.sources.sysfs import read_topology
 from podres_exporter.view import NodeView
 from tests.conftest import exporter_settings
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 VOLATILE = re.compile(
     r"^podres_(collector_duration_seconds|kubelet_request_duration_seconds_(bucket|sum)"
     r"|kubelet_last_success_timestamp_seconds|source_duration_seconds"

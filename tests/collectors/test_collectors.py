@@ -113,7 +113,7 @@ def test_sources_follow_the_enabled_collectors() -> None:
     """A telemetry source is read only when a collector that needs it is on."""
     from podres_exporter.cli.export import build_sources
     from podres_exporter.settings import build
-    from podres_exporter.sources.fakenvml import FakeNvml
+    from podres_exporter.sim.fakenvml import FakeNvml
     from podres_exporter.sources.gpu import NvmlBackend
 
     settings = build({}, {})

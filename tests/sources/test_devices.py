@@ -26,8 +26,8 @@ from podres_exporter.sim.devtree import (
     write_device_tree,
 )
 from podres_exporter.sim.scenario import NodeSpec
-from podres_exporter.sources.sysfs import read_topology
-from podres_exporter.sources.sysfs_devices import normalize_pci_address, read_devices
+from podres_exporter.sources.cputopology import read_topology
+from podres_exporter.sources.devices import normalize_pci_address, read_devices
 from podres_exporter.telemetry import NetReading, PciReading, SysfsDevices
 
 PF = "0000:3b:00.0"

@@ -12,8 +12,8 @@ from podres_exporter._generated.podresources.v1 import api_pb2 as v1
 from podres_exporter.cpulist import format_cpulist, parse_cpulist
 from podres_exporter.errors import SourceError
 from podres_exporter.model import DeviceRef
+from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.kubelet import devices_from_wire, pod_from_v1
-from podres_exporter.sources.sysfs import read_topology
 
 
 @given(st.frozensets(st.integers(0, 300)))

@@ -7,7 +7,7 @@ import ctypes
 import pynvml
 import pytest
 
-from podres_exporter.sources.fakenvml import FakeNvml
+from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend, open_nvml_backend, pci_bus_id_from_nvml
 from podres_exporter.telemetry import GpuInventory, GpuProcess, GpuReading
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from podres_exporter.sources.fakenvml import FakeNvml
+from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_exporter.telemetry import GpuInventory
 

@@ -21,7 +21,7 @@ from podres_exporter.sim.devtree import (
     write_device_tree,
 )
 from podres_exporter.sim.scenario import DeviceSpec, NodeSpec
-from podres_exporter.sources.sysfs_devices import read_devices
+from podres_exporter.sources.devices import read_devices
 
 SRIOV = "intel.com/sriov_netdevice"
 
