@@ -21,6 +21,7 @@ from podres_exporter.model import (
     Support,
 )
 from podres_exporter.poller import Backoff, Poller, Store
+from podres_exporter.reader import NodeReader
 
 TOPO = NodeTopology(frozenset({0, 1}), MappingProxyType({0: 0, 1: 0}))
 
@@ -45,6 +46,9 @@ class Script:
             raise answer
         return answer
 
+    def get_pod(self, namespace: str, name: str) -> PodAlloc | None:
+        raise NotImplementedError
+
     def stats(self) -> RequestStats:
         return RequestStats()
 
@@ -64,8 +68,7 @@ def test_failures_back_off_then_recover_and_keep_last_data() -> None:
     limited = KubeletRateLimited("slow down", method="List", code="RESOURCE_EXHAUSTED")
     store = Store()
     p = Poller(
-        Script([reading(2), err, limited, err, reading(3)]),
-        lambda: TOPO,
+        NodeReader(Script([reading(2), err, limited, err, reading(3)]), lambda: TOPO),
         store,
         interval_s=10.0,
         backoff=Backoff(1.0, 30.0),
@@ -90,8 +93,7 @@ def test_empty_reading_is_held_until_confirmed() -> None:
     now = [0.0]
     store = Store()
     p = Poller(
-        Script([reading(2), reading(0), reading(0), reading(0)]),
-        lambda: TOPO,
+        NodeReader(Script([reading(2), reading(0), reading(0), reading(0)]), lambda: TOPO),
         store,
         interval_s=10.0,
         empty_confirm_s=3.0,
@@ -128,7 +130,9 @@ def test_failed_polls_reuse_the_last_accounting() -> None:
     """Re-publishing the same reading reuses its accounting; a new reading is accounted anew."""
     err = KubeletUnavailable("gone", method="List", code="UNAVAILABLE")
     store = Store()
-    p = Poller(Script([reading(2), err, reading(2)]), lambda: TOPO, store, rng=random.Random(0))
+    p = Poller(
+        NodeReader(Script([reading(2), err, reading(2)]), lambda: TOPO), store, rng=random.Random(0)
+    )
     p.poll_once()
     first = store.current()
     p.poll_once()
@@ -145,7 +149,12 @@ def test_losing_every_pod_alone_is_held() -> None:
     full = reading(2)
     no_pods = KubeletReading(ApiVersion.V1, (), full.allocatable, Support.SERVED, 0.0)
     store = Store()
-    p = Poller(Script([full, no_pods]), lambda: TOPO, store, interval_s=10.0, empty_confirm_s=3.0)
+    p = Poller(
+        NodeReader(Script([full, no_pods]), lambda: TOPO),
+        store,
+        interval_s=10.0,
+        empty_confirm_s=3.0,
+    )
     p.poll_once()
     assert p.poll_once() == 0.5
     view = store.current()

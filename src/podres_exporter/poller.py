@@ -1,7 +1,8 @@
 """The background loop: one reading per interval, never one per scrape.
 
-Each poll reads the node topology and the kubelet, accounts the result and
-publishes an immutable :class:`~podres_exporter.view.NodeView`. When the kubelet
+Each poll reads the node through a :class:`~podres_exporter.reader.NodeReader`
+(topology, kubelet, telemetry), decides what to serve, and publishes the immutable
+:class:`~podres_exporter.view.NodeView` the reader accounts. When the kubelet
 fails, the last good reading stays published with ``kubelet_up`` false, and the
 next attempt waits an exponential backoff with jitter (the kubelet's rate limit
 is global: hammering it hurts every client on the node).
@@ -17,31 +18,17 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Protocol
 
 import structlog
 
-from podres_exporter.errors import KubeletError, SourceError
-from podres_exporter.ids import DEFAULT_GPU_RESOURCES
-from podres_exporter.model import KubeletReading, NodeTopology, RequestStats, Snapshot
-from podres_exporter.telemetry import SourceStatus, Telemetry
+from podres_exporter.errors import KubeletError
+from podres_exporter.model import KubeletReading, NodeTopology
+from podres_exporter.reader import NodeReader, Observation
 from podres_exporter.view import NodeView
 
 log = structlog.get_logger(__name__)
-
-
-class KubeletSource(Protocol):
-    """What the poller needs of a kubelet client."""
-
-    socket_path: str
-
-    def read(self) -> KubeletReading: ...
-
-    def stats(self) -> RequestStats: ...
 
 
 class Store:
@@ -88,108 +75,6 @@ class Backoff:
         return rng.uniform(d / 2, d)
 
 
-# A telemetry source: a callable that returns some Telemetry fields by name.
-Source = Callable[[], Mapping[str, Any]]
-
-
-class SourceRunner:
-    """Runs the telemetry sources side by side, each bounded by ``timeout_s``.
-
-    :meth:`start` launches every source that is not still running; :meth:`collect`
-    waits for them until the timeout and returns the merged Telemetry. A source
-    that fails keeps its last value, marked stale with the error; one that runs
-    past the timeout keeps its last value, marked stale, and is not launched again
-    until it has finished, so a hung driver call never stacks up threads nor
-    delays the other sources or a scrape.
-    """
-
-    def __init__(
-        self,
-        sources: Mapping[str, Source],
-        *,
-        timeout_s: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._sources = dict(sources)
-        self._timeout = timeout_s
-        self._clock = clock
-        self._wall = wall_clock
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(1, len(self._sources)), thread_name_prefix="podres-source"
-        )
-        self._running: dict[str, tuple[Future[Mapping[str, Any]], float]] = {}
-        self._values: dict[str, Mapping[str, Any]] = {}
-        self._status: dict[str, SourceStatus] = {}
-        self._started_at = 0.0
-
-    def start(self) -> None:
-        """Launch every source that is not still running from an earlier poll."""
-        self._started_at = self._clock()
-        for name, fn in self._sources.items():
-            if name not in self._running:
-                self._running[name] = (self._pool.submit(fn), self._clock())
-
-    def collect(self) -> Telemetry:
-        """Wait for the running sources until the timeout; merge the latest values."""
-        deadline = self._started_at + self._timeout
-        for name, (future, started) in list(self._running.items()):
-            previous = self._status.get(name)
-            last_ok = previous.last_success if previous else None
-            try:
-                value = future.result(timeout=max(0.0, deadline - self._clock()))
-            except TimeoutError:
-                self._set(
-                    name,
-                    SourceStatus(
-                        ok=False,
-                        duration_s=self._clock() - started,
-                        stale=True,
-                        error=f"still running after {self._timeout:g}s (--source-timeout)",
-                        last_success=last_ok,
-                    ),
-                )
-                continue
-            except Exception as err:  # noqa: BLE001 - one broken source must not stop the others
-                del self._running[name]
-                self._set(
-                    name,
-                    SourceStatus(
-                        ok=False,
-                        duration_s=self._clock() - started,
-                        stale=name in self._values,
-                        error=f"{type(err).__name__}: {err}",
-                        last_success=last_ok,
-                    ),
-                )
-                continue
-            del self._running[name]
-            self._values[name] = value
-            self._set(
-                name,
-                SourceStatus(
-                    ok=True, duration_s=self._clock() - started, last_success=self._wall()
-                ),
-            )
-        merged: dict[str, Any] = {}
-        for name in self._sources:
-            merged.update(self._values.get(name, {}))
-        return Telemetry(**merged, sources=MappingProxyType(dict(self._status)))
-
-    def _set(self, name: str, status: SourceStatus) -> None:
-        before = self._status.get(name)
-        if before is None or before.ok != status.ok:
-            if status.ok:
-                log.info("source_ok", source=name, duration_s=round(status.duration_s, 3))
-            else:
-                log.warning("source_failed", source=name, error=status.error, stale=status.stale)
-        self._status[name] = status
-
-    def close(self) -> None:
-        """Stop accepting work; running sources finish in their threads."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
 def _cpus(reading: KubeletReading) -> frozenset[int]:
     return reading.allocatable.cpu_ids if reading.allocatable is not None else frozenset()
 
@@ -204,34 +89,25 @@ def _lost_everything(before: KubeletReading, now: KubeletReading) -> bool:
 
 
 class Poller:
-    """Owns the kubelet client and the topology reader; publishes to a Store."""
+    """Reads the node through a :class:`NodeReader` once per interval; publishes to a Store."""
 
     def __init__(
         self,
-        kubelet: KubeletSource,
-        read_topology: Callable[[], NodeTopology],
+        reader: NodeReader,
         store: Store,
         *,
         interval_s: float = 10.0,
         backoff: Backoff | None = None,
         empty_confirm_s: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
-        telemetry: SourceRunner | None = None,
-        gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES,
     ) -> None:
-        self._kubelet = kubelet
-        self._telemetry = telemetry
-        self._telemetry_value: Telemetry | None = None
-        self._gpu_resources = tuple(gpu_resources)
-        self._read_topology = read_topology
+        self._reader = reader
         self._store = store
         self._interval = interval_s
         self._backoff = backoff or Backoff()
         self._empty_confirm = empty_confirm_s
         self._clock = clock
-        self._wall = wall_clock
         self._rng = rng or random.Random()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -247,21 +123,18 @@ class Poller:
 
     def poll_once(self) -> float:
         """Poll once, publish when there is something new; return the seconds to wait."""
-        try:
-            self._topology = self._read_topology()
-        except SourceError as err:
-            log.error("topology_read_failed", error=str(err))
-        if self._telemetry is not None:
-            self._telemetry.start()  # the sources run while the kubelet is read
-        try:
-            reading = self._kubelet.read()
-        except KubeletError as err:
-            self._collect_telemetry()
-            return self._failed(err)
-        self._collect_telemetry()
+        seen = self._reader.observe()
+        if seen.topology is not None:
+            self._topology = seen.topology
+        else:
+            log.error("topology_read_failed", error=str(seen.topology_error))
+        if seen.reading is None:
+            assert seen.kubelet_error is not None
+            return self._failed(seen, seen.kubelet_error)
+        reading = seen.reading
         if self._failures:
             log.info(
-                "kubelet_recovered", socket=self._kubelet.socket_path, after_failures=self._failures
+                "kubelet_recovered", socket=self._reader.socket_path, after_failures=self._failures
             )
         self._failures = 0
         self._last_error_kind = None
@@ -272,29 +145,25 @@ class Poller:
                 self._suspect_total += 1
                 log.warning(
                     "kubelet_empty_reading_held",
-                    socket=self._kubelet.socket_path,
+                    socket=self._reader.socket_path,
                     reason="every pod or every allocatable CPU gone at once; "
                     "the kubelet may have just restarted",
                 )
             if now - self._suspect_since < self._empty_confirm:
                 return min(0.5, self._interval)
-            log.info("kubelet_empty_reading_confirmed", socket=self._kubelet.socket_path)
+            log.info("kubelet_empty_reading_confirmed", socket=self._reader.socket_path)
         self._suspect_since = None
         self._reading = reading
-        self._publish(kubelet_up=True, error=None)
+        self._publish(seen)
         return self._interval
 
-    def _collect_telemetry(self) -> None:
-        if self._telemetry is not None:
-            self._telemetry_value = self._telemetry.collect()
-
-    def _failed(self, err: KubeletError) -> float:
+    def _failed(self, seen: Observation, err: KubeletError) -> float:
         self._failures += 1
         kind = type(err).__name__
         if kind != self._last_error_kind:
             log.warning(
                 "kubelet_read_failed",
-                socket=self._kubelet.socket_path,
+                socket=self._reader.socket_path,
                 error_kind=kind,
                 code=err.code,
                 error=str(err),
@@ -302,23 +171,19 @@ class Poller:
             )
             self._last_error_kind = kind
         self._suspect_since = None
-        self._publish(kubelet_up=False, error=str(err))
+        self._publish(seen)
         return self._backoff.delay(self._failures, self._rng)
 
-    def _publish(self, *, kubelet_up: bool, error: str | None) -> None:
+    def _publish(self, seen: Observation) -> None:
         self._generation += 1
-        snap = Snapshot(
+        view = self._reader.view(
+            seen,
             generation=self._generation,
-            taken_at=self._wall(),
             topology=self._topology,
             reading=self._reading,
-            kubelet_up=kubelet_up,
-            kubelet_error=error,
-            stats=self._kubelet.stats(),
+            previous=self._store.current(),
             suspect_empty_readings=self._suspect_total,
-            telemetry=self._telemetry_value,
         )
-        view = NodeView.of(snap, self._store.current(), gpu_resources=self._gpu_resources)
         self._store.publish(view)
 
     # -- the loop
@@ -344,9 +209,7 @@ class Poller:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Ask the loop to stop and wait for it."""
+        """Ask the loop to stop and wait for it (the reader is its owner's to close)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        if self._telemetry is not None:
-            self._telemetry.close()

@@ -19,7 +19,7 @@ import pytest
 from podres_exporter.cli.export import Exporter
 from podres_exporter.sim import SimKubelet
 from podres_exporter.top.live import State, handle_key, split_keys
-from podres_exporter.top.rows import Options
+from podres_exporter.top.selection import Options
 from tests.conftest import http_get, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

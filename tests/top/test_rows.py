@@ -1,8 +1,6 @@
-"""Metric samples -> top's rows: headers, containers, devices, busy shares, filters, sorting."""
+"""Metric samples -> top's rows: headers, containers, devices, busy shares, node grouping."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -13,37 +11,29 @@ from podres_exporter.top.rows import (
     CPU_SOURCE_STAMP,
     ContainerRow,
     NodeData,
-    NodeHeader,
-    Options,
-    Reading,
     Sample,
     TopData,
     advance_baseline,
     build,
     cpu_times_advanced,
-    matches,
     natural_key,
     needs_second_reading,
-    select,
-    to_json,
 )
-
-GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
-GPU_S = "GPU-5555aaaa-0000-0000-0000-000000000002"
-MIG_1 = "MIG-11111111-0000-0000-0000-000000000003"
-MIG_2 = "MIG-22222222-0000-0000-0000-000000000004"
-TRAINER = {"namespace": "ml", "pod": "train-0", "container": "trainer"}
-VLLM_A = {"namespace": "inf", "pod": "vllm-a", "container": "vllm"}
-VLLM_B = {"namespace": "inf", "pod": "vllm-b", "container": "vllm"}
-NOBODY = {"namespace": "", "pod": "", "container": ""}
-
-
-def s(name: str, value: float, **labels: str) -> Sample:
-    return Sample(name, labels, value)
-
-
-def reading(*samples: Sample, at: float = 100.0, origin: str = "node-a") -> Reading:
-    return Reading(tuple(samples), at, origin)
+from tests.top.samples import (
+    DEVICES,
+    GPU_A,
+    GPU_S,
+    GPUS,
+    MIG_1,
+    MIG_2,
+    NODE,
+    TRAINER,
+    VLLM_A,
+    VLLM_B,
+    cpu,
+    reading,
+    s,
+)
 
 
 def one_node(data: TopData) -> NodeData:
@@ -57,59 +47,6 @@ def row(data: TopData, pod: str, container: str) -> ContainerRow:
     ]
     assert len(found) == 1, found
     return found[0]
-
-
-def cpu(n: int, numa: str, pool: str, holder: dict[str, str] = NOBODY) -> Sample:
-    return s("podres_cpu_assignment_info", 1, cpu=str(n), numa_node=numa, pool=pool, **holder)
-
-
-NODE = (
-    s("podres_kubelet_up", 1),
-    s("podres_snapshot_age_seconds", 3.5),
-    s("podres_pods", 3),
-    s("podres_containers", 4),
-    *(
-        s("podres_node_cpus", v, numa_node=n, pool=p)
-        for n, p, v in [
-            ("0", "allocatable", 7),
-            ("0", "exclusive", 4),
-            ("0", "shared_free", 3),
-            ("0", "reserved", 1),
-            ("1", "allocatable", 8),
-            ("1", "exclusive", 1),
-            ("1", "shared_free", 7),
-            ("1", "reserved", 0),
-        ]
-    ),
-    cpu(0, "0", "reserved"),
-    *(cpu(c, "0", "exclusive", TRAINER) for c in (4, 5, 6, 7)),
-    cpu(12, "1", "exclusive", TRAINER),
-    *(cpu(c, "0", "shared_free") for c in (1, 2, 3)),
-    *(
-        s("podres_node_devices", v, resource="nvidia.com/gpu", numa_node=n, state=st)
-        for n, st, v in [
-            ("0", "allocatable", 2),
-            ("0", "allocated", 1),
-            ("0", "unallocated", 1),
-            ("0", "allocated_unhealthy", 0),
-            ("1", "allocatable", 1),
-            ("1", "allocated", 1),
-            ("1", "unallocated", 0),
-            ("1", "allocated_unhealthy", 1),
-        ]
-    ),
-    *(
-        s("podres_node_memory_bytes", gib * 2**30, numa_node=n, memory_type=t, state=st)
-        for n, t, st, gib in [
-            ("0", "memory", "allocatable", 64),
-            ("0", "memory", "allocated", 16),
-            ("0", "memory", "free", 48),
-            ("0", "hugepages-1Gi", "allocatable", 8),
-            ("0", "hugepages-1Gi", "free", 2),
-            ("0,1", "memory", "allocated", 32),
-        ]
-    ),
-)
 
 
 def test_header_counts_free_cpus_devices_and_memory_per_numa_node() -> None:
@@ -241,68 +178,6 @@ def test_baseline_moves_only_when_cpu_times_were_read_again() -> None:
     assert advance_baseline(r1, r3, no_stamps) is r3
 
 
-GPUS = (
-    # A whole GPU held by one container: the device series carry its holder.
-    s("podres_gpu_utilization_ratio", 0.4, uuid=GPU_A, **TRAINER),
-    s("podres_gpu_memory_used_bytes", 30 * 2**30, uuid=GPU_A, **TRAINER),
-    s("podres_gpu_memory_total_bytes", 80 * 2**30, uuid=GPU_A, **TRAINER),
-    s("podres_gpu_holder_sm_utilization_ratio", 0.39, uuid=GPU_A, **TRAINER),
-    # A time-sliced GPU: exported once with no holder; holder_* give each holder's share.
-    s("podres_gpu_shared", 1, uuid=GPU_S),
-    s("podres_gpu_utilization_ratio", 0.12, uuid=GPU_S, **NOBODY),
-    s("podres_gpu_memory_used_bytes", 40 * 2**30, uuid=GPU_S, **NOBODY),
-    s("podres_gpu_memory_total_bytes", 80 * 2**30, uuid=GPU_S, **NOBODY),
-    s("podres_gpu_holder_sm_utilization_ratio", 0.07, uuid=GPU_S, **VLLM_A),
-    s("podres_gpu_holder_memory_used_bytes", 18 * 2**30, uuid=GPU_S, **VLLM_A),
-    s("podres_gpu_holder_memory_used_bytes", 14 * 2**30, uuid=GPU_S, **VLLM_B),
-    # MIG instances: memory but no utilisation (NVML has none for MIG); one free.
-    s("podres_gpu_memory_used_bytes", 5 * 2**30, uuid=MIG_1, **TRAINER),
-    s("podres_gpu_memory_total_bytes", 10 * 2**30, uuid=MIG_1, **TRAINER),
-    s("podres_gpu_memory_used_bytes", 2**30, uuid=MIG_2, **NOBODY),
-    s("podres_gpu_memory_total_bytes", 10 * 2**30, uuid=MIG_2, **NOBODY),
-    s("podres_gpu_healthy", 1, uuid=GPU_A),
-    s("podres_gpu_healthy", 1, uuid=GPU_S),
-    s("podres_gpu_healthy", 0, uuid=MIG_2),
-)
-DEVICES = (
-    *(
-        s("podres_node_device_info", 1, resource=r, device_id=d, numa_node=n, state=st)
-        for r, d, n, st in [
-            ("nvidia.com/gpu", GPU_A, "0", "allocated"),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::0", "0", "allocated"),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::1", "0", "allocated"),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::2", "0", "free"),
-            ("nvidia.com/mig-1g.10gb", MIG_1, "1", "allocated_unhealthy"),
-            ("nvidia.com/mig-1g.10gb", MIG_2, "1", "free"),
-            ("example.com/nic", "nic10", "none", "free"),
-            ("example.com/nic", "nic2", "none", "free"),
-        ]
-    ),
-    *(
-        s("podres_container_device_info", 1, resource=r, device_id=d, numa_node=n, **h)
-        for r, d, n, h in [
-            ("nvidia.com/gpu", GPU_A, "0", TRAINER),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::0", "0", VLLM_A),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::1", "0", VLLM_B),
-            ("nvidia.com/mig-1g.10gb", MIG_1, "1", TRAINER),
-            # Held, yet unknown to node_device_info (no GetAllocatableResources).
-            ("example.com/fpga", "fpga0", "0", VLLM_B),
-        ]
-    ),
-    *(
-        s("podres_device_resolution_info", 1, resource=r, device_id=d, physical_id=p, kind=k)
-        for r, d, p, k in [
-            ("nvidia.com/gpu", GPU_A, GPU_A, "gpu"),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::0", GPU_S, "gpu"),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::1", GPU_S, "gpu"),
-            ("nvidia.com/gpu.shared", f"{GPU_S}::2", GPU_S, "gpu"),
-            ("nvidia.com/mig-1g.10gb", MIG_1, MIG_1, "mig"),
-            ("nvidia.com/mig-1g.10gb", MIG_2, MIG_2, "mig"),
-        ]
-    ),
-)
-
-
 @pytest.mark.parametrize(
     ("holder", "util", "used", "total", "shared"),
     [
@@ -365,93 +240,9 @@ def test_samples_group_by_node_label_then_instance() -> None:
     assert [(r.node, r.pod) for r in b.containers] == [("gpu-b", "vllm-a")]
 
 
-def _rows(*specs: tuple[str, str, str, int, float | None]) -> TopData:
-    header = NodeHeader("n", True, 0.0, 1, 1, (), (), ())
-    rows = tuple(
-        ContainerRow(
-            node="n",
-            namespace=ns,
-            pod=pod,
-            container="c",
-            cpus=tuple(range(ncpu)),
-            busy=b,
-            devices=(),
-        )
-        for ns, pod, _res, ncpu, b in specs
-    )
-    return TopData((NodeData(header, rows, ()),))
-
-
-SPECS = (
-    ("ml-training", "train-0", "", 6, 0.5),
-    ("ml-inference", "vllm-a", "", 2, 0.9),
-    ("data", "kafka-0", "", 0, None),
-    ("data", "postgres-0", "", 2, 0.1),
-)
-
-
-@pytest.mark.parametrize(
-    ("options", "pods"),
-    [
-        (Options(), ["kafka-0", "postgres-0", "vllm-a", "train-0"]),
-        (Options(sort="busy"), ["vllm-a", "train-0", "postgres-0", "kafka-0"]),
-        (Options(sort="busy", reverse=True), ["postgres-0", "train-0", "vllm-a", "kafka-0"]),
-        (Options(sort="cpus"), ["train-0", "postgres-0", "vllm-a", "kafka-0"]),
-        (Options(namespace="ml-"), ["vllm-a", "train-0"]),
-        (Options(namespace="data", pod="*-0"), ["kafka-0", "postgres-0"]),
-        (Options(pod="vllm"), ["vllm-a"]),
-        (Options(view="devices", sort="busy"), ["kafka-0", "postgres-0", "vllm-a", "train-0"]),
-    ],
-)
-def test_select_filters_and_sorts(options: Options, pods: list[str]) -> None:
-    """Filters match substrings or globs; numeric columns sort largest first, unknowns last."""
-    containers, _ = select(_rows(*SPECS), options)
-    assert [r.pod for r in containers] == pods
-
-
-def test_resource_filter_and_device_sorting() -> None:
-    """--resource keeps containers holding it and its devices; device columns sort."""
-    data = build(reading(*GPUS, *DEVICES))
-    containers, devices = select(data, Options(resource="gpu.shared"))
-    assert {r.pod for r in containers} == {"vllm-a", "vllm-b"}
-    assert {d.resource for d in devices} == {"nvidia.com/gpu.shared"}
-    _, by_util = select(data, Options(view="devices", sort="util"))
-    assert [d.util for d in by_util][:4] == [0.4, 0.12, 0.12, 0.12]
-    _, by_health = select(data, Options(view="devices", sort="health"))
-    assert [d.healthy for d in by_health][:2] == [False, False]
-    _, held = select(data, Options(view="devices", namespace="inf"))
-    assert {d.device_id for d in held} == {f"{GPU_S}::0", f"{GPU_S}::1", "fpga0"}
-    assert Options(view="devices", sort="busy").sort_key == "resource"
-
-
-@pytest.mark.parametrize(
-    ("pattern", "value", "expected"),
-    [("", "x", True), ("ml", "ml-training", True), ("ml-*", "ml-training", True),
-     ("*-0", "kafka-1", False), ("gpu", "nvidia.com/gpu", True), ("GPU", "nvidia.com/gpu", False)],
-)  # fmt: skip
-def test_matches(pattern: str, value: str, expected: bool) -> None:
-    """A filter is a substring, or a glob when it has glob characters."""
-    assert matches(pattern, value) is expected
-
-
 def test_natural_key_orders_numbered_names() -> None:
     """kvm2 sorts before kvm10; other ids sort as text."""
     ids = ["kvm10", "kvm2", "GPU-b", "GPU-a", "0000:af:02.1", "0000:af:02.0"]
     assert sorted(ids, key=natural_key) == [
         "0000:af:02.0", "0000:af:02.1", "GPU-a", "GPU-b", "kvm2", "kvm10",
     ]  # fmt: skip
-
-
-def test_json_output_has_header_and_rows_per_node() -> None:
-    """-o json: per node its header numbers and its filtered rows, JSON-serialisable."""
-    doc = to_json(build(reading(*NODE, *GPUS, *DEVICES), source="test"), Options(pod="vllm-a"))
-    text = json.dumps(doc)
-    assert json.loads(text) == doc
-    (node,) = doc["nodes"]
-    assert node["node"] == "node-a" and node["kubelet_up"] is True
-    assert [c["shared_free"] for c in node["cpus"]] == [3, 7]
-    assert node["device_counts"][0]["unallocated"] == 1
-    assert [c["pod"] for c in node["containers"]] == ["vllm-a"]
-    assert node["containers"][0]["gpu_shared"] is True
-    assert {d["device_id"] for d in node["devices"]} == {f"{GPU_S}::0"}
-    assert doc["filters"] == {"pod": "vllm-a"} and doc["sort"] == "name"

@@ -1,9 +1,8 @@
 """The three sources of ``podres top``; each read ends as a :class:`~.rows.Reading`.
 
 - :class:`LocalSource` (the default): the local kubelet socket and the local telemetry,
-  composed exactly as the exporter composes them (``KubeletClient``, ``read_topology``,
-  ``build_sources`` + ``SourceRunner``, ``NodeView.of``), rendered in-process by the
-  exporter's own collectors (``collectors.collect_all``). No exporter needed.
+  read through the exporter's own :class:`~podres_exporter.reader.NodeReader` and
+  rendered in-process by the exporter's collectors. No exporter needed.
 - :class:`ExporterSource` (``--exporter URL``): one GET of the exporter's ``/metrics``,
   parsed with ``prometheus_client.parser``.
 - :class:`PrometheusSource` (``--prometheus URL``): ``/api/v1/query`` for each metric
@@ -36,11 +35,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from podres_exporter.errors import (
     ConfigError,
     FetchError,
-    KubeletError,
     KubeletUnavailable,
-    SourceError,
 )
-from podres_exporter.model import KubeletReading, Snapshot
 from podres_exporter.top.rows import (
     BUSY_COUNTER,
     BUSY_RATIO,
@@ -113,7 +109,7 @@ def check_socket(path: str) -> None:
 
 
 class LocalSource:
-    """The local kubelet and telemetry, rendered by the exporter's collectors in-process.
+    """The local kubelet and telemetry, read by the exporter's own NodeReader in-process.
 
     ``gpu_backend``: NVML by default ("no data" on a node without NVIDIA driver).
     ``wall_clock`` stamps the readings (the kubelet's, the telemetry's and top's own).
@@ -130,50 +126,33 @@ class LocalSource:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         # Deferred: the exporter's machinery (gRPC, the collectors) is for this source only.
-        from podres_exporter.cli.export import (
-            enabled_collectors,
-            gpu_backend_for,
-            kubelet_client,
-            telemetry_runner,
-        )
+        from podres_exporter.reader import NodeReader
 
         self.settings = settings
         self.description = f"kubelet {settings.kubelet_socket}"
         self.origin = node_name
-        self._wall = wall_clock
-        self._enabled = enabled_collectors(settings)
         check_socket(settings.kubelet_socket)
-        self._gpu_backend = gpu_backend = gpu_backend_for(self._enabled, gpu_backend)
-        self._runner = telemetry_runner(settings, self._enabled, gpu_backend, wall_clock=wall_clock)
-        self._client = kubelet_client(settings, wall_clock=wall_clock)
+        self._reader = NodeReader.from_settings(
+            settings, gpu_backend=gpu_backend, wall_clock=wall_clock
+        )
         self._view: NodeView | None = None
         self._generation = 0
 
     def read(self) -> Reading:
         from podres_exporter import __version__
-        from podres_exporter.collectors import RenderContext, collect_all
-        from podres_exporter.sources.cputopology import read_topology
-        from podres_exporter.view import NodeView
 
         previous = self._view
-        try:
-            topology = read_topology(self.settings.path_sysfs)
-        except SourceError as err:
+        seen = self._reader.observe()
+        topology = seen.topology
+        if topology is None:
             if previous is None:
-                raise FetchError(f"{err} (--path.sysfs)", exit_code=2) from err
+                raise FetchError(f"{seen.topology_error} (--path.sysfs)", exit_code=2)
             topology = previous.snapshot.topology
-        if self._runner is not None:
-            self._runner.start()  # the sources run while the kubelet is read
-        error: KubeletError | None = None
-        reading: KubeletReading | None
-        try:
-            reading = self._client.read()
-        except KubeletError as err:
-            error = err
-            reading = previous.snapshot.reading if previous is not None else None
-        telemetry = self._runner.collect() if self._runner is not None else None
+        reading = seen.reading
+        if reading is None and previous is not None:
+            reading = previous.snapshot.reading
         if reading is None:
-            assert error is not None
+            error = seen.kubelet_error
             code = 2 if isinstance(error, KubeletUnavailable) else 1
             raise FetchError(
                 f"cannot read the kubelet at {self.settings.kubelet_socket} "
@@ -181,29 +160,16 @@ class LocalSource:
                 exit_code=code,
             )
         self._generation += 1
-        now = self._wall()
-        snap = Snapshot(
-            generation=self._generation,
-            taken_at=now,
-            topology=topology,
-            reading=reading,
-            kubelet_up=error is None,
-            kubelet_error=None if error is None else str(error),
-            stats=self._client.stats(),
-            telemetry=telemetry,
+        view = self._reader.view(
+            seen, generation=self._generation, topology=topology, reading=reading, previous=previous
         )
-        view = NodeView.of(snap, previous, gpu_resources=self.settings.gpu_resources)
         self._view = view
-        families = collect_all(self._enabled, RenderContext(view, __version__))
-        age = Sample("podres_snapshot_age_seconds", {}, max(0.0, now - reading.taken_at))
-        return Reading((*samples_from_families(families), age), now, self.origin)
+        families = self._reader.families(view, __version__)
+        age = Sample("podres_snapshot_age_seconds", {}, max(0.0, seen.taken_at - reading.taken_at))
+        return Reading((*samples_from_families(families), age), seen.taken_at, self.origin)
 
     def close(self) -> None:
-        self._client.close()
-        if self._runner is not None:
-            self._runner.close()
-        if self._gpu_backend is not None:
-            self._gpu_backend.close()
+        self._reader.close()
 
 
 # ---------------------------------------------------------------- HTTP

@@ -29,18 +29,9 @@ from typing import TextIO
 from podres_exporter.errors import FetchError
 from podres_exporter.top.fetch import Source
 from podres_exporter.top.render import Screen, render
-from podres_exporter.top.rows import (
-    SORT_KEYS,
-    VIEWS,
-    Options,
-    Reading,
-    TopData,
-    advance_baseline,
-    build,
-)
-from podres_exporter.top.rows import (
-    select as select_rows,
-)
+from podres_exporter.top.rows import Reading, TopData, advance_baseline, build
+from podres_exporter.top.selection import SORT_KEYS, VIEWS, Options
+from podres_exporter.top.selection import select as select_rows
 
 _ALT_SCREEN_ON = "\x1b[?1049h\x1b[?25l"  # alternate screen, cursor hidden
 _ALT_SCREEN_OFF = "\x1b[?25h\x1b[?1049l"

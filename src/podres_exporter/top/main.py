@@ -33,18 +33,10 @@ from podres_exporter.top.fetch import (
     Source,
     check_socket,
 )
+from podres_exporter.top.jsonout import to_json
 from podres_exporter.top.render import render
-from podres_exporter.top.rows import (
-    ALL_SORT_KEYS,
-    SORT_KEYS,
-    VIEWS,
-    Options,
-    Reading,
-    build,
-    cpu_times_advanced,
-    needs_second_reading,
-    to_json,
-)
+from podres_exporter.top.rows import Reading, build, cpu_times_advanced, needs_second_reading
+from podres_exporter.top.selection import ALL_SORT_KEYS, SORT_KEYS, VIEWS, Options
 
 OUTPUTS = ("table", "wide", "json")
 DEFAULT_INTERVAL = "2s"

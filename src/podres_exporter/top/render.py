@@ -19,15 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from podres_exporter.model import Holder
-from podres_exporter.top.rows import (
-    ContainerRow,
-    DeviceRow,
-    NodeHeader,
-    Options,
-    TopData,
-    select,
-    sort_direction,
-)
+from podres_exporter.top.rows import ContainerRow, DeviceRow, NodeHeader, TopData
+from podres_exporter.top.selection import Options, select, sort_direction
 
 # The key help, longest first: the first that fits the width is shown.
 HELP = (
@@ -436,6 +429,32 @@ def _state_line(options: Options) -> str:
     return "   ".join(parts)
 
 
+def _top_lines(data: TopData, options: Options, width: int, screen: Screen | None) -> list[str]:
+    """Above the table: a live frame's title, the notice, the node headers, the state line."""
+    top: list[str] = []
+    if screen is not None:
+        top.append(_crop(screen.title or "podres top", width))
+    if data.notice:
+        top.append(_crop(f"! {data.notice}", width))
+    for n in data.nodes:
+        if top:
+            top.append("")
+        top += header_lines(n.header, width)
+    if screen is not None:
+        top += ["", _crop(_state_line(options), width)]
+    return top
+
+
+def _tail_lines(width: int, screen: Screen | None) -> list[str]:
+    """The last lines of a live frame: the filter being typed, the key help."""
+    tail: list[str] = []
+    if screen is not None:
+        if screen.prompt is not None:
+            tail.append(_crop(screen.prompt + "_", width))
+        tail.append(_crop(next((h for h in HELP if len(h) <= width), HELP[-1]), width))
+    return tail
+
+
 def render(
     data: TopData,
     options: Options,
@@ -451,28 +470,14 @@ def render(
     (from ``screen.offset``) and says which rows it shows. ``color`` adds ANSI styles.
     """
     width = max(width, 40)
-    top: list[str] = []
-    if screen is not None:
-        top.append(_crop(screen.title or "podres top", width))
-    if data.notice:
-        top.append(_crop(f"! {data.notice}", width))
-    for n in data.nodes:
-        if top:
-            top.append("")
-        top += header_lines(n.header, width)
-    if screen is not None:
-        top += ["", _crop(_state_line(options), width)]
+    top = _top_lines(data, options, width, screen)
     multi = len(data.nodes) > 1
     containers, devices = select(data, options)
     if options.view == "devices":
         cols, cells = device_cells(devices, wide=options.wide, multi_node=multi, width=width)
     else:
         cols, cells = container_cells(containers, wide=options.wide, multi_node=multi, width=width)
-    tail: list[str] = []
-    if screen is not None:
-        if screen.prompt is not None:
-            tail.append(_crop(screen.prompt + "_", width))
-        tail.append(_crop(next((h for h in HELP if len(h) <= width), HELP[-1]), width))
+    tail = _tail_lines(width, screen)
     first, shown = 0, cells
     position: list[str] = []
     if height is not None and cells:

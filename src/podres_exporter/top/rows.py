@@ -3,8 +3,8 @@
 Every source (the local kubelet rendered in-process, an exporter's ``/metrics``,
 Prometheus) ends up as the same :class:`Sample` list in a :class:`Reading`;
 :func:`build` turns one reading (and, for CPU busy shares, an earlier one) into
-per-node headers, container rows and device rows; :func:`select` filters and
-sorts them for a view; :func:`to_json` is ``-o json``.
+per-node headers, container rows and device rows. :mod:`.selection` filters and
+sorts them for a view; :mod:`.jsonout` is ``-o json``.
 
 Which metric feeds which value (docs/metrics.md has each metric):
 
@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any
 
 from podres_exporter.cpulist import format_cpulist
@@ -44,13 +43,6 @@ from podres_exporter.model import Holder
 BUSY_RATIO = "podres_cpu_busy_ratio"
 BUSY_COUNTER = "podres_cpu_busy_seconds_total"
 CPU_SOURCE_STAMP = "podres_source_last_success_timestamp_seconds"
-
-VIEWS = ("containers", "devices")
-SORT_KEYS: Mapping[str, tuple[str, ...]] = {
-    "containers": ("name", "cpus", "busy", "numa", "devices", "gpu", "gmem", "memory"),
-    "devices": ("resource", "id", "numa", "health", "holder", "util"),
-}
-ALL_SORT_KEYS = tuple(dict.fromkeys(k for keys in SORT_KEYS.values() for k in keys))
 
 # The metrics top reads; the Prometheus source asks for each (the busy counter as a rate).
 METRICS = (
@@ -156,8 +148,12 @@ class NodeHeader:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldDevice:
-    """One device a container holds."""
+class DeviceHolding:
+    """One device a container row holds: its resource, id and NUMA node.
+
+    An entry of :attr:`ContainerRow.devices` (from ``podres_container_device_info``);
+    the holder is the row's container.
+    """
 
     resource: str
     device_id: str
@@ -182,7 +178,7 @@ class ContainerRow:
     busy: float | None = None
     numa_nodes: tuple[str, ...] = ()
     aligned: bool | None = None
-    devices: tuple[HeldDevice, ...] = ()
+    devices: tuple[DeviceHolding, ...] = ()
     memory: tuple[tuple[str, float], ...] = ()
     gpu_util: float | None = None
     gpu_mem_used: float | None = None
@@ -279,7 +275,8 @@ def natural_key(text: str) -> tuple[Any, ...]:
     return (m.group(1), int(m.group(2)), "") if m else (text, -1, text)
 
 
-def _numa_key(numa: str) -> tuple[Any, ...]:
+def numa_key(numa: str) -> tuple[Any, ...]:
+    """Sort NUMA nodes in natural order, ``none`` (a device with no NUMA node) last."""
     return (numa == "none", natural_key(numa))
 
 
@@ -398,7 +395,7 @@ def _header(node: str, idx: _Index) -> NodeHeader:
             shared_free=p.get("shared_free", 0),
             reserved=p.get("reserved", 0),
         )
-        for n, p in sorted(cpus.items(), key=lambda kv: _numa_key(kv[0]))
+        for n, p in sorted(cpus.items(), key=lambda kv: numa_key(kv[0]))
     )
     devs: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in idx.get("podres_node_devices"):
@@ -420,7 +417,7 @@ def _header(node: str, idx: _Index) -> NodeHeader:
     memory = tuple(
         MemoryFree(numa_node=n, memory_type=t, free=st["free"], allocatable=st["allocatable"])
         for (n, t), st in sorted(
-            mem.items(), key=lambda kv: (_numa_key(kv[0][0]), kv[0][1] != "memory", kv[0][1])
+            mem.items(), key=lambda kv: (numa_key(kv[0][0]), kv[0][1] != "memory", kv[0][1])
         )
         if "free" in st and "allocatable" in st
     )
@@ -441,6 +438,8 @@ def _header(node: str, idx: _Index) -> NodeHeader:
 
 @dataclass(slots=True)
 class _Acc:
+    """What the samples say about one container, gathered before its row is made."""
+
     cpus: dict[int, str] = field(default_factory=dict)
     devices: dict[tuple[str, str], str] = field(default_factory=dict)
     memory: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -455,101 +454,138 @@ def _by_uuid(samples: Iterable[Sample]) -> dict[str, float]:
     return {s.labels.get("uuid", ""): s.value for s in samples}
 
 
-def _containers(
-    node: str, idx: _Index, busy: Mapping[tuple[str, str, str, str], float]
-) -> tuple[ContainerRow, ...]:
-    acc: dict[Holder, _Acc] = defaultdict(_Acc)
-    for s in idx.get("podres_cpu_assignment_info"):
+def _held(samples: Iterable[Sample]) -> Iterator[tuple[Holder, Sample]]:
+    """The samples that name a container, each with it."""
+    for s in samples:
         h = _holder(s.labels)
-        if h is not None and s.labels.get("pool", "exclusive") == "exclusive":
+        if h is not None:
+            yield h, s
+
+
+def _gather(idx: _Index) -> dict[Holder, _Acc]:
+    """Per container: its exclusive CPUs, devices, pinned memory, alignment and own GPUs."""
+    acc: dict[Holder, _Acc] = defaultdict(_Acc)
+    for h, s in _held(idx.get("podres_cpu_assignment_info")):
+        if s.labels.get("pool", "exclusive") == "exclusive":
             try:
                 cpu = int(s.labels.get("cpu", ""))
             except ValueError:
                 continue
             acc[h].cpus[cpu] = s.labels.get("numa_node", "")
-    for s in idx.get("podres_container_device_info"):
-        h = _holder(s.labels)
-        if h is not None:
-            key = (s.labels.get("resource", ""), s.labels.get("device_id", ""))
-            acc[h].devices[key] = s.labels.get("numa_node", "none")
-    for s in idx.get("podres_container_memory_bytes"):
-        h = _holder(s.labels)
-        if h is not None:
-            acc[h].memory[s.labels.get("memory_type", "")] += s.value
-            acc[h].memory_numa.update(_numas(s.labels.get("numa_node", "")))
-    for s in idx.get("podres_container_numa_aligned"):
-        h = _holder(s.labels)
-        if h is not None:
-            acc[h].aligned = s.value >= 1
+    for h, s in _held(idx.get("podres_container_device_info")):
+        key = (s.labels.get("resource", ""), s.labels.get("device_id", ""))
+        acc[h].devices[key] = s.labels.get("numa_node", "none")
+    for h, s in _held(idx.get("podres_container_memory_bytes")):
+        acc[h].memory[s.labels.get("memory_type", "")] += s.value
+        acc[h].memory_numa.update(_numas(s.labels.get("numa_node", "")))
+    for h, s in _held(idx.get("podres_container_numa_aligned")):
+        acc[h].aligned = s.value >= 1
     # GPU series labelled with their one holder: the whole device is the container's.
     for name, target in (
         ("podres_gpu_utilization_ratio", "gpu_util"),
         ("podres_gpu_memory_used_bytes", "gpu_used"),
         ("podres_gpu_memory_total_bytes", "gpu_total"),
     ):
-        for s in idx.get(name):
-            h = _holder(s.labels)
-            if h is not None:
-                getattr(acc[h], target)[s.labels.get("uuid", "")] = s.value
+        for h, s in _held(idx.get(name)):
+            getattr(acc[h], target)[s.labels.get("uuid", "")] = s.value
+    return acc
+
+
+def _gpu_shares(idx: _Index) -> dict[Holder, dict[str, dict[str, float]]]:
+    """Per container and GPU: its share of the SM time (``util``) and memory (``used``)."""
     # A GPU others hold too carries no holder; the holder's share comes from holder_* series.
-    totals = _by_uuid(idx.get("podres_gpu_memory_total_bytes"))
     shares: dict[Holder, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for name, target in (
         ("podres_gpu_holder_sm_utilization_ratio", "util"),
         ("podres_gpu_holder_memory_used_bytes", "used"),
     ):
-        for s in idx.get(name):
-            h = _holder(s.labels)
-            if h is not None:
-                shares[h][s.labels.get("uuid", "")][target] = s.value
+        for h, s in _held(idx.get(name)):
+            shares[h][s.labels.get("uuid", "")][target] = s.value
+    return shares
 
-    rows: list[ContainerRow] = []
-    for h, a in acc.items():
-        own = set(a.gpu_util) | set(a.gpu_used) | set(a.gpu_total)
-        utils = [a.gpu_util[u] for u in sorted(own) if u in a.gpu_util]
-        used = [a.gpu_used[u] for u in sorted(own) if u in a.gpu_used]
-        total = [a.gpu_total[u] for u in sorted(own) if u in a.gpu_total]
-        shared = False
-        for uuid, share in sorted(shares.get(h, {}).items()):
-            if uuid in own:
-                continue
-            shared = True
-            if "util" in share:
-                utils.append(share["util"])
-            if "used" in share:
-                used.append(share["used"])
-                if uuid in totals:
-                    total.append(totals[uuid])
-        cpu_busy = [
-            busy[(str(c), *h)] for c in sorted(a.cpus) if (str(c), *h) in busy
-        ]  # every exclusive CPU of the container read twice, or none
-        numa = set(a.cpus.values()) | a.memory_numa
-        for n in a.devices.values():
-            numa.update(_numas(n))
-        numa.discard("")
-        rows.append(
-            ContainerRow(
-                node=node,
-                namespace=h.namespace,
-                pod=h.pod,
-                container=h.container,
-                cpus=tuple(sorted(a.cpus)),
-                busy=sum(cpu_busy) / len(cpu_busy) if cpu_busy else None,
-                numa_nodes=tuple(sorted(numa, key=natural_key)),
-                aligned=a.aligned,
-                devices=tuple(
-                    HeldDevice(r, d, n)
-                    for (r, d), n in sorted(
-                        a.devices.items(), key=lambda kv: (kv[0][0], natural_key(kv[0][1]))
-                    )
-                ),
-                memory=tuple(sorted(a.memory.items(), key=lambda kv: (kv[0] != "memory", kv[0]))),
-                gpu_util=sum(utils) / len(utils) if utils else None,
-                gpu_mem_used=sum(used) if used else None,
-                gpu_mem_total=sum(total) if total else None,
-                gpu_shared=shared,
+
+def _gpu_columns(
+    a: _Acc, shares: Mapping[str, Mapping[str, float]], totals: Mapping[str, float]
+) -> tuple[float | None, float | None, float | None, bool]:
+    """GPU%, GPU memory used and total of a container, and whether some are shares.
+
+    Over the GPUs it holds alone (their own series), plus its share of each GPU that
+    others hold too (``shares``, with that GPU's whole memory from ``totals``).
+    """
+    own = set(a.gpu_util) | set(a.gpu_used) | set(a.gpu_total)
+    utils = [a.gpu_util[u] for u in sorted(own) if u in a.gpu_util]
+    used = [a.gpu_used[u] for u in sorted(own) if u in a.gpu_used]
+    total = [a.gpu_total[u] for u in sorted(own) if u in a.gpu_total]
+    shared = False
+    for uuid, share in sorted(shares.items()):
+        if uuid in own:
+            continue
+        shared = True
+        if "util" in share:
+            utils.append(share["util"])
+        if "used" in share:
+            used.append(share["used"])
+            if uuid in totals:
+                total.append(totals[uuid])
+    return (
+        sum(utils) / len(utils) if utils else None,
+        sum(used) if used else None,
+        sum(total) if total else None,
+        shared,
+    )
+
+
+def _container_row(
+    node: str,
+    h: Holder,
+    a: _Acc,
+    busy: Mapping[tuple[str, str, str, str], float],
+    *,
+    shares: Mapping[str, Mapping[str, float]],
+    totals: Mapping[str, float],
+) -> ContainerRow:
+    """The row of container ``h`` from what was gathered about it."""
+    gpu_util, gpu_used, gpu_total, shared = _gpu_columns(a, shares, totals)
+    cpu_busy = [
+        busy[(str(c), *h)] for c in sorted(a.cpus) if (str(c), *h) in busy
+    ]  # every exclusive CPU of the container read twice, or none
+    numa = set(a.cpus.values()) | a.memory_numa
+    for n in a.devices.values():
+        numa.update(_numas(n))
+    numa.discard("")
+    return ContainerRow(
+        node=node,
+        namespace=h.namespace,
+        pod=h.pod,
+        container=h.container,
+        cpus=tuple(sorted(a.cpus)),
+        busy=sum(cpu_busy) / len(cpu_busy) if cpu_busy else None,
+        numa_nodes=tuple(sorted(numa, key=natural_key)),
+        aligned=a.aligned,
+        devices=tuple(
+            DeviceHolding(r, d, n)
+            for (r, d), n in sorted(
+                a.devices.items(), key=lambda kv: (kv[0][0], natural_key(kv[0][1]))
             )
-        )
+        ),
+        memory=tuple(sorted(a.memory.items(), key=lambda kv: (kv[0] != "memory", kv[0]))),
+        gpu_util=gpu_util,
+        gpu_mem_used=gpu_used,
+        gpu_mem_total=gpu_total,
+        gpu_shared=shared,
+    )
+
+
+def _containers(
+    node: str, idx: _Index, busy: Mapping[tuple[str, str, str, str], float]
+) -> tuple[ContainerRow, ...]:
+    acc = _gather(idx)
+    shares = _gpu_shares(idx)
+    totals = _by_uuid(idx.get("podres_gpu_memory_total_bytes"))
+    rows = [
+        _container_row(node, h, a, busy, shares=shares.get(h, {}), totals=totals)
+        for h, a in acc.items()
+    ]
     return tuple(sorted(rows, key=lambda r: r.holder))
 
 
@@ -623,236 +659,3 @@ def build(
             NodeData(_header(node, idx), _containers(node, idx, busy), _devices(node, idx))
         )
     return TopData(tuple(nodes), source=source, notice=notice)
-
-
-# ---------------------------------------------------------------- select
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """What to show: the view, its sort column and direction, the filters, wide or not.
-
-    A filter matches as a substring, or as a glob when it has ``*?[``; empty matches all.
-    ``namespace`` and ``pod`` match a device's holders in the devices view; ``resource``
-    matches the resources a container holds in the containers view.
-    """
-
-    view: str = "containers"
-    sort: str = ""
-    reverse: bool = False
-    namespace: str = ""
-    pod: str = ""
-    resource: str = ""
-    wide: bool = False
-
-    @property
-    def sort_key(self) -> str:
-        """The sort column in effect: ``sort`` when the view has it, else the view's first."""
-        keys = SORT_KEYS[self.view]
-        return self.sort if self.sort in keys else keys[0]
-
-    def filters(self) -> tuple[tuple[str, str], ...]:
-        """The filters set, as (name, pattern)."""
-        return tuple(
-            (k, v)
-            for k, v in (
-                ("namespace", self.namespace),
-                ("pod", self.pod),
-                ("resource", self.resource),
-            )
-            if v
-        )
-
-
-def matches(pattern: str, value: str) -> bool:
-    """Empty matches all; ``*?[`` make a glob; otherwise a substring."""
-    if not pattern:
-        return True
-    if any(c in pattern for c in "*?["):
-        return fnmatchcase(value, pattern)
-    return pattern in value
-
-
-def _keep_container(r: ContainerRow, o: Options) -> bool:
-    return (
-        matches(o.namespace, r.namespace)
-        and matches(o.pod, r.pod)
-        and (not o.resource or any(matches(o.resource, d.resource) for d in r.devices))
-    )
-
-
-def _keep_device(r: DeviceRow, o: Options) -> bool:
-    if not matches(o.resource, r.resource):
-        return False
-    if o.namespace or o.pod:
-        return any(matches(o.namespace, h.namespace) and matches(o.pod, h.pod) for h in r.holders)
-    return True
-
-
-# Sort columns: (key of a row, numeric: largest first by default).
-_CONTAINER_SORTS: Mapping[str, tuple[Callable[[ContainerRow], Any], bool]] = {
-    "name": (lambda r: (r.namespace, r.pod, r.container), False),
-    "cpus": (lambda r: len(r.cpus) or None, True),
-    "busy": (lambda r: r.busy, True),
-    "numa": (lambda r: tuple(natural_key(n) for n in r.numa_nodes) or None, False),
-    "devices": (lambda r: len(r.devices) or None, True),
-    "gpu": (lambda r: r.gpu_util, True),
-    "gmem": (lambda r: r.gpu_mem_used, True),
-    "memory": (lambda r: r.pinned_bytes or None, True),
-}
-_DEVICE_SORTS: Mapping[str, tuple[Callable[[DeviceRow], Any], bool]] = {
-    "resource": (lambda r: (r.resource, natural_key(r.device_id)), False),
-    "id": (lambda r: natural_key(r.device_id), False),
-    "numa": (lambda r: _numa_key(r.numa_node), False),
-    "health": (lambda r: (r.healthy, r.state != "allocated_unhealthy"), False),
-    "holder": (lambda r: r.holders or None, False),
-    "util": (lambda r: r.util, True),
-}
-
-
-def sort_direction(options: Options) -> str:
-    """How the sort column orders rows: ``largest first``, ``smallest first``, ``A-Z``, ``Z-A``."""
-    sorts: Mapping[str, tuple[Any, bool]] = (
-        _CONTAINER_SORTS if options.view == "containers" else _DEVICE_SORTS
-    )
-    numeric = sorts[options.sort_key][1]
-    if numeric:
-        return "smallest first" if options.reverse else "largest first"
-    return "Z-A" if options.reverse else "A-Z"
-
-
-def _sorted(rows: Sequence[Any], key: Callable[[Any], Any], descending: bool) -> list[Any]:
-    """Sort by ``key``; rows whose key is None go last in either direction (stable)."""
-    known = [r for r in rows if key(r) is not None]
-    unknown = [r for r in rows if key(r) is None]
-    return sorted(known, key=key, reverse=descending) + unknown
-
-
-def select(
-    data: TopData, options: Options
-) -> tuple[tuple[ContainerRow, ...], tuple[DeviceRow, ...]]:
-    """The container and device rows of every node, filtered and sorted as ``options`` say.
-
-    Equal sort values keep node order, then name. The sort column applies to the view's
-    rows; the other view's rows are in their default order (by name, by resource).
-    """
-    containers = [r for n in data.nodes for r in n.containers if _keep_container(r, options)]
-    devices = [r for n in data.nodes for r in n.devices if _keep_device(r, options)]
-    mine = options.view == "containers"
-    ckey, cdesc = _CONTAINER_SORTS[options.sort_key if mine else "name"]
-    dkey, ddesc = _DEVICE_SORTS["resource" if mine else options.sort_key]
-    containers = _sorted(
-        _sorted(containers, _CONTAINER_SORTS["name"][0], False),
-        ckey,
-        cdesc != (options.reverse and mine),
-    )
-    devices = _sorted(
-        _sorted(devices, _DEVICE_SORTS["resource"][0], False),
-        dkey,
-        ddesc != (options.reverse and not mine),
-    )
-    return tuple(containers), tuple(devices)
-
-
-# ---------------------------------------------------------------- json
-
-
-def _holder_json(h: Holder) -> dict[str, str]:
-    return {"namespace": h.namespace, "pod": h.pod, "container": h.container}
-
-
-def to_json(data: TopData, options: Options) -> dict[str, Any]:
-    """``-o json``: every node's header and its rows, filtered and sorted as shown."""
-    containers, devices = select(data, options)
-    out_nodes = []
-    for n in data.nodes:
-        h = n.header
-        out_nodes.append(
-            {
-                "node": h.node,
-                "kubelet_up": h.kubelet_up,
-                "age_seconds": h.age_s,
-                "pods": h.pods,
-                "containers_total": h.containers,
-                "cpus": [
-                    {
-                        "numa_node": c.numa_node,
-                        "allocatable": c.allocatable,
-                        "exclusive": c.exclusive,
-                        "shared_free": c.shared_free,
-                        "reserved": c.reserved,
-                    }
-                    for c in h.cpus
-                ],
-                "device_counts": [
-                    {
-                        "resource": d.resource,
-                        "allocatable": d.allocatable,
-                        "allocated": d.allocated,
-                        "unallocated": d.unallocated,
-                        "allocated_unhealthy": d.allocated_unhealthy,
-                    }
-                    for d in h.devices
-                ],
-                "memory": [
-                    {
-                        "numa_node": m.numa_node,
-                        "memory_type": m.memory_type,
-                        "free_bytes": m.free,
-                        "allocatable_bytes": m.allocatable,
-                    }
-                    for m in h.memory
-                ],
-                "containers": [
-                    {
-                        "namespace": r.namespace,
-                        "pod": r.pod,
-                        "container": r.container,
-                        "cpus": r.cpulist,
-                        "cpu_ids": list(r.cpus),
-                        "busy_ratio": r.busy,
-                        "numa_nodes": list(r.numa_nodes),
-                        "numa_aligned": r.aligned,
-                        "devices": [
-                            {
-                                "resource": d.resource,
-                                "device_id": d.device_id,
-                                "numa_node": d.numa_node,
-                            }
-                            for d in r.devices
-                        ],
-                        "memory_bytes": dict(r.memory),
-                        "gpu_utilization_ratio": r.gpu_util,
-                        "gpu_memory_used_bytes": r.gpu_mem_used,
-                        "gpu_memory_total_bytes": r.gpu_mem_total,
-                        "gpu_shared": r.gpu_shared,
-                    }
-                    for r in containers
-                    if r.node == h.node
-                ],
-                "devices": [
-                    {
-                        "resource": d.resource,
-                        "device_id": d.device_id,
-                        "numa_node": d.numa_node,
-                        "state": d.state,
-                        "healthy": d.healthy,
-                        "holders": [_holder_json(x) for x in d.holders],
-                        "physical_id": d.physical_id,
-                        "utilization_ratio": d.util,
-                        "memory_used_bytes": d.mem_used,
-                        "memory_total_bytes": d.mem_total,
-                    }
-                    for d in devices
-                    if d.node == h.node
-                ],
-            }
-        )
-    return {
-        "source": data.source,
-        "view": options.view,
-        "sort": options.sort_key,
-        "filters": dict(options.filters()),
-        "notice": data.notice,
-        "nodes": out_nodes,
-    }

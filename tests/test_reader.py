@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podres_exporter.errors import SourceError
-from podres_exporter.poller import SourceRunner
+from podres_exporter.reader import SourceRunner
 from podres_exporter.telemetry import CpuTimes, SysfsDevices
 
 

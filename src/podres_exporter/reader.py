@@ -1,0 +1,372 @@
+"""One reading of the node: sources -> reading -> :class:`~podres_exporter.view.NodeView`.
+
+The poll is composed here and nowhere else. The exporter's poller, ``podres snapshot``,
+``podres top``'s local source, the benchmark and the golden tests all read the node
+through a :class:`NodeReader`:
+
+1. :meth:`NodeReader.observe` reads the CPU topology, starts the telemetry sources
+   (NVML, sysfs devices, procfs: only those the enabled collectors need), reads the
+   kubelet while they run, then collects them, each bounded by ``--source-timeout``.
+   Nothing raises: a failed part comes back as its error.
+2. The caller decides what to serve (the poller holds back a suspect empty reading,
+   ``podres top`` keeps its last one) and :meth:`NodeReader.view` accounts it into
+   an immutable NodeView.
+3. :meth:`NodeReader.families` renders a view with the enabled collectors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import structlog
+from prometheus_client.metrics_core import Metric
+
+from podres_exporter import collectors
+from podres_exporter.collectors import Collector, RenderContext
+from podres_exporter.errors import ConfigError, KubeletError, SourceError
+from podres_exporter.ids import DEFAULT_GPU_RESOURCES
+from podres_exporter.model import KubeletReading, NodeTopology, PodAlloc, RequestStats, Snapshot
+from podres_exporter.settings import Settings
+from podres_exporter.sources.cputopology import read_topology
+from podres_exporter.sources.devices import read_devices
+from podres_exporter.sources.gpu import GpuBackend
+from podres_exporter.sources.kubelet import KubeletClient
+from podres_exporter.sources.procfs import read_container_index, read_cpu_times, read_pid_cgroups
+from podres_exporter.telemetry import SourceStatus, Telemetry
+from podres_exporter.view import NodeView
+
+log = structlog.get_logger(__name__)
+
+# A telemetry source: a callable that returns some Telemetry fields by name.
+TelemetrySource = Callable[[], Mapping[str, Any]]
+
+
+class KubeletSource(Protocol):
+    """What a reader needs of a kubelet client (:class:`KubeletClient`, or a test's script)."""
+
+    socket_path: str
+
+    def read(self) -> KubeletReading: ...
+
+    def get_pod(self, namespace: str, name: str) -> PodAlloc | None: ...
+
+    def stats(self) -> RequestStats: ...
+
+
+# ---------------------------------------------------------------- telemetry
+
+
+class SourceRunner:
+    """Runs the telemetry sources side by side, each bounded by ``timeout_s``.
+
+    :meth:`start` launches every source that is not still running; :meth:`collect`
+    waits for them until the timeout and returns the merged Telemetry. A source
+    that fails keeps its last value, marked stale with the error; one that runs
+    past the timeout keeps its last value, marked stale, and is not launched again
+    until it has finished, so a hung driver call never stacks up threads nor
+    delays the other sources or a scrape.
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, TelemetrySource],
+        *,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._sources = dict(sources)
+        self._timeout = timeout_s
+        self._clock = clock
+        self._wall = wall_clock
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, len(self._sources)), thread_name_prefix="podres-source"
+        )
+        self._running: dict[str, tuple[Future[Mapping[str, Any]], float]] = {}
+        self._values: dict[str, Mapping[str, Any]] = {}
+        self._status: dict[str, SourceStatus] = {}
+        self._started_at = 0.0
+
+    def start(self) -> None:
+        """Launch every source that is not still running from an earlier poll."""
+        self._started_at = self._clock()
+        for name, fn in self._sources.items():
+            if name not in self._running:
+                self._running[name] = (self._pool.submit(fn), self._clock())
+
+    def collect(self) -> Telemetry:
+        """Wait for the running sources until the timeout; merge the latest values."""
+        deadline = self._started_at + self._timeout
+        for name, (future, started) in list(self._running.items()):
+            previous = self._status.get(name)
+            last_ok = previous.last_success if previous else None
+            try:
+                value = future.result(timeout=max(0.0, deadline - self._clock()))
+            except TimeoutError:
+                self._set(
+                    name,
+                    SourceStatus(
+                        ok=False,
+                        duration_s=self._clock() - started,
+                        stale=True,
+                        error=f"still running after {self._timeout:g}s (--source-timeout)",
+                        last_success=last_ok,
+                    ),
+                )
+                continue
+            except Exception as err:  # noqa: BLE001 - one broken source must not stop the others
+                del self._running[name]
+                self._set(
+                    name,
+                    SourceStatus(
+                        ok=False,
+                        duration_s=self._clock() - started,
+                        stale=name in self._values,
+                        error=f"{type(err).__name__}: {err}",
+                        last_success=last_ok,
+                    ),
+                )
+                continue
+            del self._running[name]
+            self._values[name] = value
+            self._set(
+                name,
+                SourceStatus(
+                    ok=True, duration_s=self._clock() - started, last_success=self._wall()
+                ),
+            )
+        merged: dict[str, Any] = {}
+        for name in self._sources:
+            merged.update(self._values.get(name, {}))
+        return Telemetry(**merged, sources=MappingProxyType(dict(self._status)))
+
+    def _set(self, name: str, status: SourceStatus) -> None:
+        before = self._status.get(name)
+        if before is None or before.ok != status.ok:
+            if status.ok:
+                log.info("source_ok", source=name, duration_s=round(status.duration_s, 3))
+            else:
+                log.warning("source_failed", source=name, error=status.error, stale=status.stale)
+        self._status[name] = status
+
+    def close(self) -> None:
+        """Stop accepting work; running sources finish in their threads."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def gpu_source(backend: GpuBackend, settings: Settings) -> TelemetrySource:
+    """GPUs from the backend, then the cgroups of their processes and the log-name index."""
+
+    def read() -> dict[str, Any]:
+        inventory = backend.read()
+        pids = {p.pid for g in inventory.gpus for p in g.processes}
+        if not pids:
+            return {"gpus": inventory, "pid_cgroups": {}, "containers": None}
+        return {
+            "gpus": inventory,
+            "pid_cgroups": read_pid_cgroups(settings.path_procfs, pids),
+            "containers": read_container_index(
+                settings.path_container_logs, settings.path_pod_logs
+            ),
+        }
+
+    return read
+
+
+def build_sources(
+    settings: Settings, enabled: Iterable[Collector], gpu_backend: GpuBackend | None
+) -> dict[str, TelemetrySource]:
+    """The telemetry sources the enabled collectors need, and only those."""
+    names = {c.name for c in enabled}
+    sources: dict[str, TelemetrySource] = {}
+    if "gpu" in names and gpu_backend is not None:
+        sources["gpu"] = gpu_source(gpu_backend, settings)
+    if names & {"pci", "net", "infiniband", "drm"}:
+        sysfs = settings.path_sysfs
+        sources["sysfs"] = lambda: {"devices": read_devices(sysfs)}
+    if "cpu_usage" in names:
+        procfs = settings.path_procfs
+        sources["cpu"] = lambda: {"cpu_times": read_cpu_times(procfs)}
+    return sources
+
+
+def enabled_collectors(settings: Settings) -> tuple[Collector, ...]:
+    """The collectors switched on by the settings; ConfigError for an unknown name."""
+    try:
+        return collectors.select(settings.collectors)
+    except KeyError as err:
+        raise ConfigError(f"unknown collector {err.args[0]!r}") from err
+
+
+def open_gpu_backend() -> GpuBackend:
+    """The NVML backend over the real pynvml; "no data" on a node without NVIDIA driver."""
+    from podres_exporter.sources.gpu import open_nvml_backend
+
+    return open_nvml_backend()
+
+
+# ---------------------------------------------------------------- the reader
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one :meth:`NodeReader.observe` saw; a part that failed carries its error.
+
+    ``topology`` None: sysfs could not be read (``topology_error`` says why).
+    ``reading`` None: the kubelet could not be read (``kubelet_error``).
+    ``telemetry`` None: no telemetry source is enabled.
+    """
+
+    topology: NodeTopology | None
+    topology_error: SourceError | None
+    reading: KubeletReading | None
+    kubelet_error: KubeletError | None
+    telemetry: Telemetry | None
+    stats: RequestStats
+    taken_at: float
+
+
+class NodeReader:
+    """Reads one node: the kubelet, the CPU topology and the telemetry the collectors need.
+
+    Build it with :meth:`from_settings` (what every command does); the parts can be
+    injected for tests. ``gpu_backend``: NVML by default, opened only when the gpu
+    collector is on; a backend passed in is the caller's to close. ``telemetry``
+    False reads the kubelet and the topology only.
+    """
+
+    def __init__(
+        self,
+        kubelet: KubeletSource,
+        read_topology: Callable[[], NodeTopology],
+        *,
+        enabled: Iterable[Collector] = collectors.ALL,
+        runner: SourceRunner | None = None,
+        gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES,
+        owned: Iterable[Callable[[], None]] = (),
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kubelet = kubelet
+        self.enabled = tuple(enabled)
+        self._read_topology = read_topology
+        self._runner = runner
+        self._gpu_resources = tuple(gpu_resources)
+        self._owned = tuple(owned)
+        self._wall = wall_clock
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        gpu_backend: GpuBackend | None = None,
+        telemetry: bool = True,
+        enabled: Iterable[Collector] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> NodeReader:
+        """The reader the settings describe; ConfigError for an unknown collector."""
+        chosen = tuple(enabled) if enabled is not None else enabled_collectors(settings)
+        client = KubeletClient(
+            settings.kubelet_socket,
+            max_message_bytes=settings.kubelet_max_message_bytes,
+            timeout_s=settings.kubelet_timeout_s,
+            wall_clock=wall_clock,
+        )
+        owned: list[Callable[[], None]] = [client.close]
+        runner = None
+        if telemetry:
+            own_backend = None
+            if gpu_backend is None and any(c.name == "gpu" for c in chosen):
+                gpu_backend = own_backend = open_gpu_backend()
+            sources = build_sources(settings, chosen, gpu_backend)
+            if sources:
+                runner = SourceRunner(
+                    sources, timeout_s=settings.source_timeout_s, wall_clock=wall_clock
+                )
+                owned.append(runner.close)
+            if own_backend is not None:
+                owned.append(own_backend.close)
+        return cls(
+            client,
+            partial(read_topology, settings.path_sysfs),
+            enabled=chosen,
+            runner=runner,
+            gpu_resources=settings.gpu_resources,
+            owned=owned,
+            wall_clock=wall_clock,
+        )
+
+    @property
+    def socket_path(self) -> str:
+        return self.kubelet.socket_path
+
+    def observe(self) -> Observation:
+        """Read every part once; the telemetry sources run while the kubelet is read."""
+        topology: NodeTopology | None = None
+        topology_error: SourceError | None = None
+        try:
+            topology = self._read_topology()
+        except SourceError as err:
+            topology_error = err
+        if self._runner is not None:
+            self._runner.start()
+        reading: KubeletReading | None = None
+        kubelet_error: KubeletError | None = None
+        try:
+            reading = self.kubelet.read()
+        except KubeletError as err:
+            kubelet_error = err
+        telemetry = self._runner.collect() if self._runner is not None else None
+        return Observation(
+            topology=topology,
+            topology_error=topology_error,
+            reading=reading,
+            kubelet_error=kubelet_error,
+            telemetry=telemetry,
+            stats=self.kubelet.stats(),
+            taken_at=self._wall(),
+        )
+
+    def view(
+        self,
+        seen: Observation,
+        *,
+        generation: int,
+        topology: NodeTopology,
+        reading: KubeletReading | None,
+        previous: NodeView | None = None,
+        suspect_empty_readings: int = 0,
+    ) -> NodeView:
+        """Account what the caller chose to serve of ``seen`` into a NodeView.
+
+        ``topology`` and ``reading`` may be older than ``seen`` (the last good ones);
+        ``seen`` gives the kubelet's state, its request statistics and the telemetry.
+        """
+        error = seen.kubelet_error
+        snap = Snapshot(
+            generation=generation,
+            taken_at=seen.taken_at,
+            topology=topology,
+            reading=reading,
+            kubelet_up=error is None,
+            kubelet_error=None if error is None else str(error),
+            stats=seen.stats,
+            suspect_empty_readings=suspect_empty_readings,
+            telemetry=seen.telemetry,
+        )
+        return NodeView.of(snap, previous, gpu_resources=self._gpu_resources)
+
+    def families(self, view: NodeView, version: str) -> list[Metric]:
+        """The enabled collectors' metric families for ``view``."""
+        return list(collectors.collect_all(self.enabled, RenderContext(view, version)))
+
+    def close(self) -> None:
+        """Close what the reader opened (the kubelet channel, NVML, the source threads)."""
+        for close in self._owned:
+            close()
