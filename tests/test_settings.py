@@ -109,6 +109,41 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("16Mi", 16 * 2**20),
+        ("64MiB", 64 * 2**20),
+        (" 16 Mi ", 16 * 2**20),
+        ("4194304", 4194304),
+        ("100B", 100),
+        ("2Ki", 2048),
+        ("1Gi", 2**30),
+        ("4K", 4000),
+        ("4KB", 4000),
+        ("5M", 5 * 10**6),
+        ("1G", 10**9),
+    ],
+)
+def test_size_forms(text: str, size: int) -> None:
+    """Sizes are whole bytes with Ki/Mi/Gi or K/M/G, an optional B and spaces."""
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "1.5Mi", "16k", "16Ti", "Mi", "-1", "16 M i", ""])
+def test_sizes_refused(text: str) -> None:
+    """Anything else is not a size, and the message says so with examples."""
+    with pytest.raises(ValueError, match=r"is not a size \(examples: 16Mi, 4194304\)"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("text", ["0", "0Mi", "0KB"])
+def test_a_size_must_be_positive(text: str) -> None:
+    """A zero size is refused as such."""
+    with pytest.raises(ValueError, match="must be greater than zero"):
+        parse_size(text)
+
+
 def test_sizes_and_addresses() -> None:
     """Sizes take binary and decimal suffixes; addresses take :PORT, HOST:PORT and [v6]:PORT."""
     assert parse_size("16Mi") == 16 * 2**20

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from podres_exporter.errors import ConfigError
+from podres_exporter.kube import parse_bytes
 from podres_exporter.logconf import LEVELS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# A whole number of bytes with a quantity suffix, K for k, and an optional B: 64MiB, 16 Mi.
 _SIZE = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi|K|M|G)?B?\s*$")
-_SIZE_UNITS = {None: 1, "K": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
 
 def parse_duration(text: str) -> float:
@@ -45,7 +46,8 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(str(text))
     if not m:
         raise ValueError(f"{text!r} is not a size (examples: 16Mi, 4194304)")
-    size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    number, suffix = m.group(1), m.group(2) or ""
+    size = parse_bytes(number + ("k" if suffix == "K" else suffix))
     if size <= 0:
         raise ValueError(f"{text!r} must be greater than zero")
     return size

@@ -177,6 +177,36 @@ def test_the_kubelet_would_refuse_these_resource_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("gpu", "has no domain (expected domain/name, e.g. example.com/widget)"),
+        ("foo.kubernetes.io/x", "is in the kubernetes.io namespace, which is reserved"),
+        ("requests.example.com/x", "starts with requests., which is reserved for quotas"),
+        ("example.com/a/b", "has more than one /"),
+        ("/gpu", "has an empty domain"),
+        (
+            "Example.com/gpu",
+            "has an invalid domain 'Example.com' (expected a lower-case DNS subdomain)",
+        ),
+        ("example.com/", "has an empty name after the /"),
+        (
+            "example.com/-gpu",
+            "has an invalid name '-gpu' (alphanumerics, '-', '_' or '.', starting and ending "
+            "with an alphanumeric, at most 63 characters)",
+        ),
+    ],
+)
+def test_a_refused_name_says_why(name: str, problem: str) -> None:
+    """Each rule a name breaks has its own message, naming the bad part."""
+    assert resource_name_problem(name) == problem
+    with pytest.raises(ConfigError) as info:
+        parse_config({"resource": [res(name)]})
+    assert str(info.value) == (
+        f"config file <memory>: resource[0].name: resource name {name!r} {problem}"
+    )
+
+
+@pytest.mark.parametrize(
     "name",
     ["example.com/gpu", "nvidia.com/mig-1g.10gb", "intel.com/sriov_netdevice", "a.b/C.d_e-f"],
 )

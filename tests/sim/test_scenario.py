@@ -1,4 +1,4 @@
-"""Scenario files, their loader's errors, quantities, and the fake sysfs writer."""
+"""Scenario files, their loader's errors, scenario references, and the fake sysfs writer."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from podres_exporter.cpulist import format_cpulist
 from podres_exporter.errors import ScenarioError
 from podres_exporter.sim import (
+    DevicePluginsSpec,
     Node,
     NodeSpec,
     Scenario,
     builtin_names,
-    format_cpu_list,
     load_builtin,
-    parse_bytes,
-    parse_cpu_list,
-    parse_millicpu,
+    resolve_scenario,
     write_sysfs,
 )
+from podres_exporter.sim.scenario_toml import parse_scenario
+from podres_exporter.sim.synthetic import synthetic_scenario
 
 GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -176,48 +177,139 @@ def test_missing_node_and_broken_toml(tmp_path: Path) -> None:
         load_builtin("nope")
 
 
-def test_quantities() -> None:
-    """CPU and memory quantities parse like Kubernetes quantities."""
-    assert parse_millicpu(2) == 2000
-    assert parse_millicpu(1.5) == 1500
-    assert parse_millicpu("500m") == 500
-    assert parse_millicpu("0.25") == 250
-    assert parse_bytes("64Gi") == 64 * 2**30
-    assert parse_bytes("512M") == 512 * 10**6
-    assert parse_bytes("1.5Gi") == 3 * 2**29
-    assert parse_bytes(4096) == 4096
-    for bad in ("x", "-1", True):
-        with pytest.raises(ValueError):
-            parse_millicpu(bad)
-    for not_bytes in ("1 Gi", "Gi", -5, "1.1"):
-        with pytest.raises(ValueError):
-            parse_bytes(not_bytes)
+def test_quantities_in_a_file() -> None:
+    """CPU and memory keys take Kubernetes quantities; a bad one names its key."""
+    text = GOOD.replace("cpu = 1", 'cpu = "250m"\nhugepages-2Mi = "1.5Gi"')
+    container = Scenario.loads(text).pods[0].containers[0]
+    assert (container.cpu_m, container.memory) == (250, 2**30)
+    assert dict(container.hugepages) == {"hugepages-2Mi": 3 * 2**29}
+    with pytest.raises(ScenarioError, match=r"containers\[0\]\.hugepages-2Mi: expected a byte"):
+        Scenario.loads(text.replace('"1.5Gi"', '"1.1"'))
+    with pytest.raises(ScenarioError, match=r"containers\[0\]\.hugepages-3x: unknown key"):
+        Scenario.loads(text.replace("hugepages-2Mi", "hugepages-3x"))
 
 
-def test_cpu_list_format() -> None:
-    """CPU lists parse and print in the kernel's range-list format."""
-    assert parse_cpu_list("0-3,8,10-11") == (0, 1, 2, 3, 8, 10, 11)
-    assert parse_cpu_list("") == ()
-    assert parse_cpu_list([3, 1, 1]) == (1, 3)
-    assert format_cpu_list([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
-    assert format_cpu_list([]) == ""
-    with pytest.raises(ValueError):
-        parse_cpu_list("3-1")
+@pytest.mark.parametrize(
+    ("value", "cpus"),
+    [('"0-1,3"', (0, 1, 3)), ('""', ()), ("[3, 1, 1]", (1, 3)), ("[]", ())],
+)
+def test_cpu_lists_are_strings_or_arrays(value: str, cpus: tuple[int, ...]) -> None:
+    """A CPU list key takes a kernel CPU list or an array of ints: sorted, unique."""
+    text = GOOD.replace(
+        "cpus_per_numa_node = 2", f"cpus_per_numa_node = 2\nreserved_cpus = {value}"
+    )
+    assert Scenario.loads(text).node.reserved_cpus == cpus
 
 
-@given(st.sets(st.integers(0, 300)))
-def test_cpu_list_round_trip(cpus: set[int]) -> None:
-    """Formatting then parsing a CPU set gives it back."""
-    assert parse_cpu_list(format_cpu_list(cpus)) == tuple(sorted(cpus))
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ('"3-1"', "bad CPU range '3-1'"),
+        ('"x"', "bad CPU list part 'x'"),
+        ("[1, true]", "expected CPU ids (non-negative ints), got True"),
+        ("[-1]", "expected CPU ids (non-negative ints), got -1"),
+        ("3", "expected a CPU list string or an array of ints, got 3"),
+    ],
+)
+def test_bad_cpu_lists_name_their_key(value: str, problem: str) -> None:
+    """A malformed CPU list is a ScenarioError naming the key and what is wrong."""
+    text = GOOD.replace("cpus_per_numa_node = 2", f"cpus_per_numa_node = 2\noffline_cpus = {value}")
+    with pytest.raises(ScenarioError) as info:
+        Scenario.loads(text)
+    assert info.value.key == "node.offline_cpus"
+    assert problem in info.value.problem
+
+
+@given(st.sets(st.integers(0, 3)))
+def test_cpu_list_string_and_array_agree(cpus: set[int]) -> None:
+    """A set of CPUs written as a range list or as an array loads the same."""
+    as_array = f"reserved_cpus = {sorted(cpus)}"
+    as_string = f'reserved_cpus = "{format_cpulist(cpus)}"'
+    nodes = [
+        Scenario.loads(GOOD.replace("cpus_per_numa_node = 2", f"cpus_per_numa_node = 2\n{line}"))
+        for line in (as_array, as_string)
+    ]
+    assert nodes[0].node.reserved_cpus == nodes[1].node.reserved_cpus == tuple(sorted(cpus))
+
+
+def test_plugin_resource_names_are_checked() -> None:
+    """[device_plugins] resources must be extended resource names, worded for the scenario."""
+    for name, problem in (
+        ("vf", "has no domain (expected domain/name)"),
+        ("kubernetes.io/vf", "is in the kubernetes.io namespace"),
+        ("requests.example.com/vf", "starts with requests."),
+        ("example.com/a/b", "has more than one /"),
+        ("/vf", "has an invalid domain (expected a lowercase DNS subdomain)"),
+        ("Example.com/vf", "has an invalid domain (expected a lowercase DNS subdomain)"),
+        ("example.com/", "has an invalid name part (alphanumerics, '-', '_' or '.', at most 63)"),
+        (
+            "example.com/-vf",
+            "has an invalid name part (alphanumerics, '-', '_' or '.', at most 63)",
+        ),
+    ):
+        with pytest.raises(ValueError) as info:
+            DevicePluginsSpec((name,))
+        assert str(info.value) == (
+            f"device_plugins.resources: {name!r} is not an extended resource name: {problem}"
+        )
+    assert DevicePluginsSpec(("example.com/vf",)).resources == ("example.com/vf",)
+
+
+def test_loads_names_the_source() -> None:
+    """Scenario.loads passes source and default_name on: errors and the name follow them."""
+    s = Scenario.loads(GOOD.replace('name = "t"\n', ""), source="mem", default_name="inline")
+    assert (s.name, s.source) == ("inline", "mem")
+    with pytest.raises(ScenarioError, match=r"^mem: node: required table is missing$"):
+        parse_scenario('name = "x"', source="mem")
 
 
 def test_synthetic_scenario() -> None:
     """Scenario.synthetic builds a node with enough devices for its pods."""
     s = Scenario.synthetic(100, devices_per_pod=1, exclusive_every=10)
     assert s.pod_count == 100
+    assert s == synthetic_scenario(100, devices_per_pod=1, exclusive_every=10)
+    assert len(s.node.devices) == 100 and all(GPU_UUID.match(d.id) for d in s.node.devices)
     node = Node.from_scenario(s)
     assert all(p.admitted for p in node.pods)
     assert sum(1 for p in node.pods for c in p.containers if c.cpu_ids) == 10
+
+
+def test_resolve_a_scenario_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference is synthetic:PODS[:N], a built-in name (before a file of that name), or
+    a TOML file."""
+    assert resolve_scenario("minimal") == load_builtin("minimal")
+    s = resolve_scenario("synthetic:30:10")
+    assert (s.name, s.pod_count) == ("synthetic-30", 30)
+    assert [p.replicas for p in s.pods if p.qos == "Guaranteed"] == [3]
+    assert resolve_scenario("synthetic:5") == synthetic_scenario(5)
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD)
+    assert resolve_scenario(str(path)).name == "t"
+    (tmp_path / "plain").write_text(GOOD)
+    (tmp_path / "minimal").write_text(GOOD)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_scenario("plain").source == "plain"
+    assert resolve_scenario("minimal").name == "minimal"
+
+
+@pytest.mark.parametrize("ref", ["synthetic:", "synthetic:many", "synthetic:0", "synthetic:5:1:2"])
+def test_bad_synthetic_references(ref: str) -> None:
+    """A malformed synthetic reference is a ScenarioError naming it."""
+    with pytest.raises(ScenarioError) as info:
+        resolve_scenario(ref)
+    assert str(info.value) == f"{ref}: expected synthetic:PODS[:N]"
+
+
+def test_unknown_references(tmp_path: Path) -> None:
+    """A reference to nothing lists the built-ins; a missing .toml file is named as such."""
+    with pytest.raises(ScenarioError) as info:
+        resolve_scenario("nope")
+    assert str(info.value) == (
+        f"nope: neither a built-in scenario ({', '.join(builtin_names())}), a file "
+        "nor synthetic:PODS[:N]"
+    )
+    with pytest.raises(ScenarioError, match=r"absent\.toml: cannot read"):
+        resolve_scenario(str(tmp_path / "absent.toml"))
 
 
 def test_python_builder_validates() -> None:

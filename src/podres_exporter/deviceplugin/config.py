@@ -48,6 +48,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from podres_exporter.errors import ConfigError
+from podres_exporter.kube import NameProblem, extended_resource_problem
 from podres_exporter.options import parse_duration
 
 __all__ = [
@@ -67,11 +68,6 @@ DEFAULT_HEALTH_INTERVAL_S: Final = 0.5
 DEFAULT_XID_UNHEALTHY_FOR_S: Final = 300.0
 MAX_REPLICAS: Final = 1024  # "<id>::1023" still fits the kubelet's 63-character id limit
 
-# The kubelet's rules (v1helper.IsExtendedResourceName, validation.IsQualifiedName).
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _HEX_ID = re.compile(r"^(0x)?[0-9a-fA-F]{4}$")
 _MIG_PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z]+)*$")
 _CDI_KIND = re.compile(
@@ -145,35 +141,38 @@ class PluginConfig:
         return any(r.discover.kind is DiscoverKind.NVML for r in self.resources)
 
 
-def resource_name_problem(name: str) -> str | None:  # noqa: PLR0911 - one return per rule
+# Why the kubelet refuses a resource name, worded for the resource file.
+_NAME_PROBLEMS: Final = {
+    NameProblem.NO_DOMAIN: "has no domain (expected domain/name, e.g. example.com/widget)",
+    NameProblem.KUBERNETES_IO: "is in the kubernetes.io namespace, which is reserved",
+    NameProblem.REQUESTS_PREFIX: "starts with requests., which is reserved for quotas",
+    NameProblem.SLASHES: "has more than one /",
+    NameProblem.EMPTY_DOMAIN: "has an empty domain",
+    NameProblem.INVALID_DOMAIN: (
+        "has an invalid domain {domain!r} (expected a lower-case DNS subdomain)"
+    ),
+    NameProblem.EMPTY_NAME: "has an empty name after the /",
+    NameProblem.INVALID_NAME: (
+        "has an invalid name {short!r} (alphanumerics, '-', '_' or '.', starting and "
+        "ending with an alphanumeric, at most 63 characters)"
+    ),
+}
+
+
+def resource_name_problem(name: str) -> str | None:
     """Why the kubelet would refuse ``name`` as a device-plugin resource, or None.
 
     It must be ``domain/name``: the domain a lower-case DNS subdomain, not
     ``kubernetes.io`` nor under it (the kubelet refuses any name containing
     ``kubernetes.io/``), not starting with ``requests.``; the name a qualified name
-    (alphanumerics, ``-``, ``_``, ``.``, at most 63 characters).
+    (alphanumerics, ``-``, ``_``, ``.``, at most 63 characters). The rules are
+    :func:`podres_exporter.kube.extended_resource_problem`'s.
     """
-    if "/" not in name:
-        return "has no domain (expected domain/name, e.g. example.com/widget)"
-    if "kubernetes.io/" in name:
-        return "is in the kubernetes.io namespace, which is reserved"
-    if name.startswith("requests."):
-        return "starts with requests., which is reserved for quotas"
+    problem = extended_resource_problem(name)
+    if problem is None:
+        return None
     domain, _, short = name.partition("/")
-    if "/" in short:
-        return "has more than one /"
-    if not domain:
-        return "has an empty domain"
-    if len(f"requests.{domain}") > 253 or not _DNS1123_SUBDOMAIN.match(domain):
-        return f"has an invalid domain {domain!r} (expected a lower-case DNS subdomain)"
-    if not short:
-        return "has an empty name after the /"
-    if len(short) > 63 or not _QUALIFIED_NAME.match(short):
-        return (
-            f"has an invalid name {short!r} (alphanumerics, '-', '_' or '.', starting and "
-            "ending with an alphanumeric, at most 63 characters)"
-        )
-    return None
+    return _NAME_PROBLEMS[problem].format(domain=domain, short=short)
 
 
 # ------------------------------------------------------------------------ parsing

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from podres_exporter.sim.scenario import NodeSpec, Scenario, format_cpu_list
+from podres_exporter.cpulist import format_cpulist as format_cpu_list
+from podres_exporter.sim.scenario import NodeSpec, Scenario
 
 __all__ = ["write_sysfs"]
 
