@@ -12,6 +12,7 @@ import re
 from enum import Enum
 
 __all__ = [
+    "BINARY_SUFFIXES",
     "NameProblem",
     "extended_resource_problem",
     "is_dns1123_subdomain",
@@ -23,7 +24,11 @@ __all__ = [
 
 # --------------------------------------------------------------------------- quantities
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+# The binary suffixes of a quantity and their sizes, smallest first.
+BINARY_SUFFIXES: dict[str, int] = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+_BINARY = BINARY_SUFFIXES
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _MILLICPU = re.compile(r"\d+m")

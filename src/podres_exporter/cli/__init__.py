@@ -68,7 +68,11 @@ def parser() -> argparse.ArgumentParser:
     _add_options(export, [o.flag for o in OPTIONS], collector_flags=True)
     demo = sub.add_parser("demo", help="run the exporter against the built-in simulated node")
     _add_options(demo, _DEMO_FLAGS, collector_flags=True)
-    demo.add_argument("--scenario", default="demo", help="built-in scenario name or a TOML file")
+    demo.add_argument(
+        "--scenario",
+        default="demo",
+        help="built-in scenario name, a TOML file, or synthetic:PODS[:N]",
+    )
     demo.add_argument(
         "--churn-interval",
         default="5s",

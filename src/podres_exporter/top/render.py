@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from podres_exporter.kube import BINARY_SUFFIXES
 from podres_exporter.model import Holder
 from podres_exporter.top.rows import ContainerRow, DeviceRow, NodeHeader, TopData
 from podres_exporter.top.selection import Options, select, sort_direction
@@ -50,11 +51,17 @@ class Screen:
 # ---------------------------------------------------------------- formatting
 
 
+# Up to Ti: no node has a Pi of memory to show.
+_UNITS_LARGEST_FIRST = tuple(
+    (unit, size) for unit, size in reversed(BINARY_SUFFIXES.items()) if size <= 2**40
+)
+
+
 def fmt_bytes(value: float | None) -> str:
     """Bytes in binary units: ``192Gi``, ``12.1Gi``, ``512Mi``; ``-`` when unknown."""
     if value is None:
         return "-"
-    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+    for unit, size in _UNITS_LARGEST_FIRST:
         if abs(value) >= size:
             x = value / size
             return f"{x:.0f}{unit}" if x >= 100 or x == int(x) else f"{x:.1f}{unit}"
@@ -69,7 +76,7 @@ def fmt_pair(used: float | None, total: float | None) -> str:
         return fmt_bytes(used)
     whole = fmt_bytes(total)
     unit = whole.lstrip("0123456789.")
-    size = {"Ti": 2**40, "Gi": 2**30, "Mi": 2**20, "Ki": 2**10}.get(unit, 1)
+    size = BINARY_SUFFIXES.get(unit, 1)
     x = used / size
     part = f"{x:.0f}" if x >= 100 or x == int(x) else f"{x:.1f}"
     return f"{part}/{whole}"
