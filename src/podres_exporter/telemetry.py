@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Final
 
 from podres_exporter.model import Holder
 
@@ -22,6 +23,19 @@ def _empty() -> Mapping[str, int]:
 
 
 # ------------------------------------------------------------------------- GPUs
+
+# Every clock-event (throttle) reason by short name, in NVML's bit order.
+CLOCK_EVENT_REASONS: Final[tuple[str, ...]] = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal",
+    "hw_thermal",
+    "hw_power_brake",
+    "display_clocks_setting",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +83,8 @@ class GpuReading:
     temperature_celsius: float | None = None
     sm_clock_hz: float | None = None
     memory_clock_hz: float | None = None
-    # Active clock-event (throttle) reasons by short name: "gpu_idle", "sw_power_cap",
-    # "hw_slowdown", "sync_boost", "sw_thermal", "hw_thermal", "hw_power_brake",
-    # "applications_clocks_setting", "display_clocks_setting".
+    # Active clock-event (throttle) reasons by short name, those of CLOCK_EVENT_REASONS
+    # in its order.
     clock_event_reasons: tuple[str, ...] | None = None
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None

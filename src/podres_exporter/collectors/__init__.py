@@ -16,19 +16,20 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from podres_exporter.collectors.base import Collector, RenderContext
+from podres_exporter.collectors.build import BuildCollector
 from podres_exporter.collectors.cpu import CpuCollector
+from podres_exporter.collectors.cpu_usage import CpuUsageCollector
 from podres_exporter.collectors.devices import DevicesCollector
 from podres_exporter.collectors.dra import DraCollector
+from podres_exporter.collectors.drm import DrmCollector
 from podres_exporter.collectors.gpu import GpuCollector
-from podres_exporter.collectors.kubelet import BuildCollector, KubeletCollector
+from podres_exporter.collectors.infiniband import InfinibandCollector
+from podres_exporter.collectors.kubelet import KubeletCollector
 from podres_exporter.collectors.memory import MemoryCollector
-from podres_exporter.collectors.sysfs import (
-    DrmCollector,
-    InfinibandCollector,
-    NetCollector,
-    PciCollector,
-)
-from podres_exporter.collectors.usage import CpuUsageCollector, PlacementCollector, SourcesCollector
+from podres_exporter.collectors.net import NetCollector
+from podres_exporter.collectors.pci import PciCollector
+from podres_exporter.collectors.placement import PlacementCollector
+from podres_exporter.collectors.telemetry_sources import SourcesCollector
 
 log = structlog.get_logger(__name__)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors.base import HOLDER_LABELS, RenderContext, holder_values
+from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info
 
 
 class CpuCollector:
@@ -48,12 +49,10 @@ class CpuCollector:
         for row in acc.container_cpus:
             held.add_metric([*holder_values(row.holder), row.numa], row.value)
         yield held
-        info = InfoMetricFamily(
+        yield info(
             "podres_cpu_assignment",
             "One series per CPU: its NUMA node, pool and, when exclusive, its holder.",
-            labels=["cpu", "numa_node", "pool", *HOLDER_LABELS],
+            ["cpu", "numa_node", "pool", *HOLDER_LABELS],
+            acc.cpu_assignments,
+            lambda a: [str(a.cpu), a.numa, a.pool, *holder_values(a.holder)],
         )
-        for a in acc.cpu_assignments:
-            who = holder_values(a.holder) if a.holder else ["", "", ""]
-            info.add_metric([str(a.cpu), a.numa, a.pool, *who], {})
-        yield info

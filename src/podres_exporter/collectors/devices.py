@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors.base import HOLDER_LABELS, RenderContext, holder_values
+from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info
 
 
 class DevicesCollector:
@@ -31,20 +32,18 @@ class DevicesCollector:
         for (resource, numa, state), n in sorted(acc.node_devices.items()):
             node.add_metric([resource, numa, state], n)
         yield node
-        states = InfoMetricFamily(
+        yield info(
             "podres_node_device",
             "One series per device id the kubelet reports: free (allocatable, held by nobody), "
             "allocated, or allocated_unhealthy (held, no longer allocatable).",
-            labels=["resource", "device_id", "numa_node", "state"],
+            ["resource", "device_id", "numa_node", "state"],
+            acc.device_states,
+            lambda s: [s.resource, s.device_id, s.numa, s.state],
         )
-        for s in acc.device_states:
-            states.add_metric([s.resource, s.device_id, s.numa, s.state], {})
-        yield states
-        info = InfoMetricFamily(
+        yield info(
             "podres_container_device",
             "One series per device held by a container.",
-            labels=[*HOLDER_LABELS, "resource", "device_id", "numa_node"],
+            [*HOLDER_LABELS, "resource", "device_id", "numa_node"],
+            acc.container_devices,
+            lambda d: [*holder_values(d.holder), d.resource, d.device_id, d.numa],
         )
-        for d in acc.container_devices:
-            info.add_metric([*holder_values(d.holder), d.resource, d.device_id, d.numa], {})
-        yield info

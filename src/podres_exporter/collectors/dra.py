@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors.base import HOLDER_LABELS, RenderContext, holder_values
+from podres_exporter.accounting import HeldClaim
+from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info
+
+_LABELS = (*HOLDER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device")
+
+
+def _claim(c: HeldClaim) -> list[str]:
+    return [*holder_values(c.holder), c.claim_namespace, c.claim_name, c.driver, c.pool, c.device]
 
 
 class DraCollector:
@@ -21,21 +28,10 @@ class DraCollector:
         acc = ctx.view.accounting
         if acc is None:
             return
-        info = InfoMetricFamily(
+        yield info(
             "podres_container_dynamic_resource",
             "One series per device of a DRA claim used by a container.",
-            labels=[*HOLDER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device"],
+            _LABELS,
+            acc.claims,
+            _claim,
         )
-        for c in acc.claims:
-            info.add_metric(
-                [
-                    *holder_values(c.holder),
-                    c.claim_namespace,
-                    c.claim_name,
-                    c.driver,
-                    c.pool,
-                    c.device,
-                ],
-                {},
-            )
-        yield info

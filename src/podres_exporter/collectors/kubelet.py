@@ -2,17 +2,62 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    InfoMetricFamily,
-)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.families import info
+from podres_exporter.model import RequestStats
+
+
+def _requests(stats: RequestStats) -> Metric:
+    requests = CounterMetricFamily(
+        "podres_kubelet_requests",
+        "Calls to the kubelet pod-resources API by method and gRPC status code.",
+        labels=["method", "code"],
+    )
+    for (method, code), n in sorted(stats.counts.items()):
+        requests.add_metric([method, code], n)
+    return requests
+
+
+def _durations(stats: RequestStats) -> Metric:
+    durations = HistogramMetricFamily(
+        "podres_kubelet_request_duration_seconds",
+        "Duration of calls to the kubelet pod-resources API, by method.",
+        labels=["method"],
+    )
+    for method in sorted(stats.duration_buckets):
+        cumulative = stats.duration_buckets[method]
+        buckets = [
+            (repr(b), float(n)) for b, n in zip(stats.bucket_bounds, cumulative, strict=True)
+        ]
+        buckets.append(("+Inf", float(stats.duration_count[method])))
+        durations.add_metric([method], buckets, stats.duration_sum[method])
+    return durations
+
+
+def _suspect_empty_readings(n: int) -> Metric:
+    suspect = CounterMetricFamily(
+        "podres_kubelet_suspect_empty_readings",
+        "Readings that lost every pod or every allocatable CPU at once "
+        "(a kubelet that has just restarted) and were held back until confirmed.",
+    )
+    suspect.add_metric([], n)
+    return suspect
+
+
+def _anomalies(counts: Mapping[str, int]) -> Metric:
+    anomalies = GaugeMetricFamily(
+        "podres_data_anomalies",
+        "Odd items in the latest reading that were kept and served, by kind.",
+        labels=["kind"],
+    )
+    for kind, n in counts.items():
+        anomalies.add_metric([kind], n)
+    return anomalies
 
 
 class KubeletCollector:
@@ -29,35 +74,9 @@ class KubeletCollector:
             "1 when the latest poll of the kubelet pod-resources API succeeded, else 0.",
             value=1 if snap.kubelet_up else 0,
         )
-        stats = snap.stats
-        requests = CounterMetricFamily(
-            "podres_kubelet_requests",
-            "Calls to the kubelet pod-resources API by method and gRPC status code.",
-            labels=["method", "code"],
-        )
-        for (method, code), n in sorted(stats.counts.items()):
-            requests.add_metric([method, code], n)
-        yield requests
-        durations = HistogramMetricFamily(
-            "podres_kubelet_request_duration_seconds",
-            "Duration of calls to the kubelet pod-resources API, by method.",
-            labels=["method"],
-        )
-        for method in sorted(stats.duration_buckets):
-            cumulative = stats.duration_buckets[method]
-            buckets = [
-                (repr(b), float(n)) for b, n in zip(stats.bucket_bounds, cumulative, strict=True)
-            ]
-            buckets.append(("+Inf", float(stats.duration_count[method])))
-            durations.add_metric([method], buckets, stats.duration_sum[method])
-        yield durations
-        suspect = CounterMetricFamily(
-            "podres_kubelet_suspect_empty_readings",
-            "Readings that lost every pod or every allocatable CPU at once "
-            "(a kubelet that has just restarted) and were held back until confirmed.",
-        )
-        suspect.add_metric([], snap.suspect_empty_readings)
-        yield suspect
+        yield _requests(snap.stats)
+        yield _durations(snap.stats)
+        yield _suspect_empty_readings(snap.suspect_empty_readings)
         reading = snap.reading
         if reading is None:
             return
@@ -66,13 +85,13 @@ class KubeletCollector:
             "Unix time of the last successful reading of the kubelet.",
             value=reading.taken_at,
         )
-        info = InfoMetricFamily(
+        yield info(
             "podres_kubelet_api",
             "The pod-resources API in use and which optional methods the kubelet serves.",
-            labels=["version", "get_allocatable"],
+            ["version", "get_allocatable"],
+            [reading],
+            lambda r: [r.api_version.value, r.allocatable_support.value],
         )
-        info.add_metric([reading.api_version.value, reading.allocatable_support.value], {})
-        yield info
         acc = ctx.view.accounting
         if acc is None:
             return
@@ -84,24 +103,4 @@ class KubeletCollector:
             "Containers (restartable sidecars included) of the pods the kubelet lists.",
             value=acc.containers,
         )
-        anomalies = GaugeMetricFamily(
-            "podres_data_anomalies",
-            "Odd items in the latest reading that were kept and served, by kind.",
-            labels=["kind"],
-        )
-        for kind, n in acc.anomalies.items():
-            anomalies.add_metric([kind], n)
-        yield anomalies
-
-
-class BuildCollector:
-    """``podres_build_info``."""
-
-    name = "build"
-    default_enabled = True
-    description = "the exporter's own version"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        info = InfoMetricFamily("podres_build", "The exporter's version.", labels=["version"])
-        info.add_metric([ctx.version], {})
-        yield info
+        yield _anomalies(acc.anomalies)

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors.base import HOLDER_LABELS, RenderContext, holder_values
+from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.families import HOLDER_LABELS, holder_values
 
 
 class MemoryCollector:

@@ -78,7 +78,7 @@ import structlog
 
 from podres_exporter.errors import SourceError
 from podres_exporter.ids import normalize_pci
-from podres_exporter.telemetry import GpuInventory, GpuProcess, GpuReading
+from podres_exporter.telemetry import CLOCK_EVENT_REASONS, GpuInventory, GpuProcess, GpuReading
 
 __all__ = [
     "DEFAULT_INIT_RETRY_S",
@@ -97,38 +97,35 @@ DEFAULT_INIT_RETRY_S: Final = 60.0
 # events cannot stall a read.
 _MAX_EVENTS_PER_READ: Final = 4096
 
-# Clock-event reason bits by short name: (event constant, older throttle constant).
-# pynvml renamed "ClocksThrottleReason" to "ClocksEventReason"; both carry the same bits.
-_CLOCK_EVENT_REASONS: Final[tuple[tuple[str, str, str], ...]] = (
-    ("nvmlClocksEventReasonGpuIdle", "nvmlClocksThrottleReasonGpuIdle", "gpu_idle"),
-    (
-        "nvmlClocksEventReasonApplicationsClocksSetting",
-        "nvmlClocksThrottleReasonApplicationsClocksSetting",
-        "applications_clocks_setting",
-    ),
-    ("nvmlClocksEventReasonSwPowerCap", "nvmlClocksThrottleReasonSwPowerCap", "sw_power_cap"),
-    ("nvmlClocksEventReasonHwSlowdown", "nvmlClocksThrottleReasonHwSlowdown", "hw_slowdown"),
-    ("nvmlClocksEventReasonSyncBoost", "nvmlClocksThrottleReasonSyncBoost", "sync_boost"),
-    (
-        "nvmlClocksEventReasonSwThermalSlowdown",
-        "nvmlClocksThrottleReasonSwThermalSlowdown",
-        "sw_thermal",
-    ),
-    (
-        "nvmlClocksEventReasonHwThermalSlowdown",
-        "nvmlClocksThrottleReasonHwThermalSlowdown",
-        "hw_thermal",
-    ),
-    (
-        "nvmlClocksEventReasonHwPowerBrakeSlowdown",
-        "nvmlClocksThrottleReasonHwPowerBrakeSlowdown",
-        "hw_power_brake",
-    ),
-    (
-        "nvmlClocksEventReasonDisplayClockSetting",
-        "nvmlClocksThrottleReasonDisplayClockSetting",
-        "display_clocks_setting",
-    ),
+# The NVML bit of each of CLOCK_EVENT_REASONS, in its order: (event constant, older
+# throttle constant). pynvml renamed "ClocksThrottleReason" to "ClocksEventReason"; both
+# carry the same bits.
+_CLOCK_EVENT_REASONS: Final[tuple[tuple[str, str, str], ...]] = tuple(
+    (event, throttle, short)
+    for short, (event, throttle) in zip(
+        CLOCK_EVENT_REASONS,
+        (
+            ("nvmlClocksEventReasonGpuIdle", "nvmlClocksThrottleReasonGpuIdle"),
+            (
+                "nvmlClocksEventReasonApplicationsClocksSetting",
+                "nvmlClocksThrottleReasonApplicationsClocksSetting",
+            ),
+            ("nvmlClocksEventReasonSwPowerCap", "nvmlClocksThrottleReasonSwPowerCap"),
+            ("nvmlClocksEventReasonHwSlowdown", "nvmlClocksThrottleReasonHwSlowdown"),
+            ("nvmlClocksEventReasonSyncBoost", "nvmlClocksThrottleReasonSyncBoost"),
+            ("nvmlClocksEventReasonSwThermalSlowdown", "nvmlClocksThrottleReasonSwThermalSlowdown"),
+            ("nvmlClocksEventReasonHwThermalSlowdown", "nvmlClocksThrottleReasonHwThermalSlowdown"),
+            (
+                "nvmlClocksEventReasonHwPowerBrakeSlowdown",
+                "nvmlClocksThrottleReasonHwPowerBrakeSlowdown",
+            ),
+            (
+                "nvmlClocksEventReasonDisplayClockSetting",
+                "nvmlClocksThrottleReasonDisplayClockSetting",
+            ),
+        ),
+        strict=True,
+    )
 )
 
 

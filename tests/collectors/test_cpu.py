@@ -1,16 +1,10 @@
-"""Collectors translate a NodeView into exact exposition text; failures are contained."""
+"""The CPU collector: pools per NUMA node, exclusive CPUs, one series per CPU."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import MappingProxyType
 
-from prometheus_client.metrics_core import Metric
-
-from podres_exporter.collectors import collect_all, select
-from podres_exporter.collectors.base import RenderContext
 from podres_exporter.collectors.cpu import CpuCollector
-from podres_exporter.http import _render
 from podres_exporter.model import (
     Allocatable,
     ApiVersion,
@@ -22,6 +16,7 @@ from podres_exporter.model import (
     Support,
 )
 from podres_exporter.view import NodeView
+from tests.collectors.support import READING, exposition, node_view
 
 
 def view() -> NodeView:
@@ -65,61 +60,10 @@ podres_cpu_assignment_info{container="",cpu="3",namespace="",numa_node="1",pod="
 
 def test_cpu_collector_exact_text() -> None:
     """The CPU collector renders exactly the expected exposition for a small node."""
-    text = _render(
-        CpuCollector().collect(RenderContext(view(), "1.2.3")), openmetrics=False
-    ).decode()
-    assert text == EXPECTED_CPU
+    assert exposition(CpuCollector(), view()) == EXPECTED_CPU
 
 
-class Broken:
-    name = "broken"
-    default_enabled = True
-    description = "always fails"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        raise RuntimeError("boom")
-        yield  # pragma: no cover
-
-
-def test_a_failing_collector_does_not_stop_the_others() -> None:
-    """A collector that raises reports success 0; the others' families still come out."""
-    fams = collect_all([Broken(), CpuCollector()], RenderContext(view(), "x"))
-    names = {f.name for f in fams}
-    assert "podres_node_cpus" in names
-    success = {
-        s.labels["collector"]: s.value
-        for f in fams
-        if f.name == "podres_collector_success"
-        for s in f.samples
-    }
-    assert success == {"broken": 0, "cpu": 1}
-
-
-def test_select_rejects_unknown_names() -> None:
-    """An unknown collector name is a KeyError naming it; defaults are all on."""
-    from podres_exporter.collectors import ALL
-
-    assert select({}) == ALL
-    assert "cpu" not in {c.name for c in select({"cpu": False})}
-    try:
-        select({"gpu-magic": True})
-    except KeyError as err:
-        assert err.args[0] == "gpu-magic"
-    else:  # pragma: no cover
-        raise AssertionError("no KeyError")
-
-
-def test_sources_follow_the_enabled_collectors() -> None:
-    """A telemetry source is read only when a collector that needs it is on."""
-    from podres_exporter.cli.export import build_sources
-    from podres_exporter.settings import build
-    from podres_exporter.sim.fakenvml import FakeNvml
-    from podres_exporter.sources.gpu import NvmlBackend
-
-    settings = build({}, {})
-    backend = NvmlBackend(FakeNvml())
-    assert set(build_sources(settings, select({}), backend)) == {"gpu", "sysfs", "cpu"}
-    off = {"gpu": False, "pci": False, "net": False, "infiniband": False, "drm": False}
-    assert set(build_sources(settings, select(off), backend)) == {"cpu"}
-    assert set(build_sources(settings, select({"cpu_usage": False}), None)) == {"sysfs"}
-    backend.close()
+def test_cpu_collector_says_nothing_without_cpu_data() -> None:
+    """v1alpha1 carries no CPUs: no CPU family at all, rather than zeros."""
+    v1alpha1 = KubeletReading(ApiVersion.V1ALPHA1, READING.pods, None, Support.UNIMPLEMENTED, 1.0)
+    assert exposition(CpuCollector(), node_view(v1alpha1)) == ""

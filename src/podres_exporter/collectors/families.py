@@ -1,0 +1,136 @@
+"""Building metric families: holder labels, one-call families and declarative tables.
+
+A :class:`Table` describes the families a collector renders from one kind of row:
+the labels every family shares, how a row gives their values, and per family its
+name, help and value (:class:`PerRow`), or its extra labels and samples
+(:class:`Breakdown`). Rendering a table yields its families in table order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from podres_exporter.model import Holder
+
+HOLDER_LABELS = ("namespace", "pod", "container")
+_NO_HOLDER = ("", "", "")
+_R = TypeVar("_R")
+
+# A sample's value; None means no sample.
+Value = float | int | bool | None
+
+
+def holder_values(h: Holder | None) -> list[str]:
+    """The ``namespace``, ``pod``, ``container`` label values of a holder (empty for none)."""
+    return list(h) if h is not None else list(_NO_HOLDER)
+
+
+def numa_value(node: int | None) -> str:
+    """The ``numa_node`` label value of a device: its node, or ``none`` without affinity."""
+    return "none" if node is None else str(node)
+
+
+def family(  # noqa: PLR0917 - a declarative table reads best positionally
+    name: str,
+    documentation: str,
+    labels: Sequence[str],
+    rows: Iterable[_R],
+    label_values: Callable[[_R], Sequence[str]],
+    value: Callable[[_R], Value],
+    *,
+    counter: bool = False,
+) -> Metric:
+    """One gauge (or counter) family: a sample per row whose value is not None."""
+    fam: GaugeMetricFamily | CounterMetricFamily = (
+        CounterMetricFamily(name, documentation, labels=list(labels))
+        if counter
+        else GaugeMetricFamily(name, documentation, labels=list(labels))
+    )
+    for row in rows:
+        v = value(row)
+        if v is not None:
+            fam.add_metric(list(label_values(row)), float(v))
+    return fam
+
+
+def info(
+    name: str,
+    documentation: str,
+    labels: Sequence[str],
+    rows: Iterable[_R],
+    label_values: Callable[[_R], Sequence[str]],
+) -> Metric:
+    """One info family (``name`` without ``_info``): a series per row."""
+    fam = InfoMetricFamily(name, documentation, labels=list(labels))
+    for row in rows:
+        fam.add_metric(list(label_values(row)), {})
+    return fam
+
+
+@dataclass(frozen=True, slots=True)
+class PerRow(Generic[_R]):
+    """A family with a sample per row: ``value`` of the row, None for no sample."""
+
+    name: str
+    documentation: str
+    value: Callable[[_R], Value]
+    counter: bool = False
+
+    def render(
+        self, labels: Sequence[str], label_values: Callable[[_R], Sequence[str]], rows: Sequence[_R]
+    ) -> Metric:
+        return family(
+            self.name,
+            self.documentation,
+            labels,
+            rows,
+            label_values,
+            self.value,
+            counter=self.counter,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown(Generic[_R]):
+    """A family with labels ``by`` after the row's own: ``samples`` of all rows, in order.
+
+    ``samples`` gives (row, values of ``by``, value) for every sample; None is no sample.
+    """
+
+    name: str
+    documentation: str
+    by: tuple[str, ...]
+    samples: Callable[[Sequence[_R]], Iterable[tuple[_R, Sequence[str], Value]]]
+    counter: bool = False
+
+    def render(
+        self, labels: Sequence[str], label_values: Callable[[_R], Sequence[str]], rows: Sequence[_R]
+    ) -> Metric:
+        return family(
+            self.name,
+            self.documentation,
+            [*labels, *self.by],
+            self.samples(rows),
+            lambda s: [*label_values(s[0]), *s[1]],
+            lambda s: s[2],
+            counter=self.counter,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Table(Generic[_R]):
+    """Families over one kind of row, sharing ``labels`` (their values by ``label_values``)."""
+
+    labels: tuple[str, ...]
+    label_values: Callable[[_R], Sequence[str]]
+    families: tuple[PerRow[_R] | Breakdown[_R], ...]
+
+    def render(self, rows: Sequence[_R]) -> Iterator[Metric]:
+        """Each family of the table over ``rows``, in table order."""
+        for f in self.families:
+            yield f.render(self.labels, self.label_values, rows)

@@ -1,0 +1,35 @@
+"""The placement collector: NUMA alignment, idle held devices, device-id resolution."""
+
+from __future__ import annotations
+
+from podres_exporter.collectors.placement import PlacementCollector
+from podres_exporter.join import Joined
+from tests.collectors.support import IDLE, NUMA_ALIGNED, RESOLUTIONS, exposition, node_view
+
+EXPECTED = """\
+# HELP podres_container_numa_aligned 1 when the container's exclusive CPUs, devices and pinned memory sit on the same NUMA node(s), 0 when they straddle.
+# TYPE podres_container_numa_aligned gauge
+podres_container_numa_aligned{container="main",namespace="ml",pod="train"} 1.0
+podres_container_numa_aligned{container="app",namespace="web",pod="serve"} 0.0
+# HELP podres_held_device_idle_seconds How long a device held by one container has shown no utilisation (GPU, amdgpu); counted from when the exporter first saw it idle.
+# TYPE podres_held_device_idle_seconds gauge
+podres_held_device_idle_seconds{container="main",device="GPU-a1",namespace="ml",pod="train"} 60.0
+podres_held_device_idle_seconds{container="app",device="card1",namespace="web",pod="serve"} 0.0
+# HELP podres_device_resolution_info One series per kubelet device id: the physical device it names and whether telemetry was found for it.
+# TYPE podres_device_resolution_info gauge
+podres_device_resolution_info{device_id="GPU-a1",kind="gpu",matched="true",physical_id="GPU-a1",resource="nvidia.com/gpu"} 1.0
+podres_device_resolution_info{device_id="GPU-c3",kind="gpu",matched="false",physical_id="GPU-c3",resource="nvidia.com/gpu"} 1.0
+podres_device_resolution_info{device_id="0000:c3:00.0",kind="pci",matched="true",physical_id="0000:c3:00.0",resource="amd.com/gpu"} 1.0
+podres_device_resolution_info{device_id="widget-0",kind="unknown",matched="false",physical_id="widget-0",resource="example.com/widget"} 1.0
+# HELP podres_device_ids_unmatched Device ids of a resource that matched no telemetry device (exported as allocation only): an unknown id shape, or hardware no source reads.
+# TYPE podres_device_ids_unmatched gauge
+podres_device_ids_unmatched{resource="amd.com/gpu"} 0.0
+podres_device_ids_unmatched{resource="example.com/widget"} 1.0
+podres_device_ids_unmatched{resource="nvidia.com/gpu"} 1.0
+"""
+
+
+def test_placement_collector_exact_text() -> None:
+    """Idle time counted to the snapshot (never below 0); unmatched ids per resource, 0 kept."""
+    joined = Joined(numa_aligned=NUMA_ALIGNED, idle=IDLE, resolutions=RESOLUTIONS)
+    assert exposition(PlacementCollector(), node_view(joined=joined)) == EXPECTED
