@@ -30,17 +30,12 @@ from pathlib import Path
 
 import footprint
 
-from podres_exporter import collectors
 from podres_exporter.accounting import account
 from podres_exporter.cli.export import Exporter
-from podres_exporter.collectors.base import RenderContext
-from podres_exporter.http import _render
-from podres_exporter.model import Snapshot
+from podres_exporter.exposition import _render
+from podres_exporter.reader import NodeReader
 from podres_exporter.settings import build
 from podres_exporter.sim import Scenario, SimKubelet, load_builtin, write_sysfs
-from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.sources.kubelet import KubeletClient
-from podres_exporter.view import NodeView
 
 
 def median_s(fn: Callable[[], object], repeat: int) -> float:
@@ -60,25 +55,26 @@ def run(name: str, scenario: Scenario, repeat: int, scrapes: int) -> dict[str, f
         # 10), which a poll every 10 s never meets: measure the cost, not the throttling.
         sim.set_behaviour(rate_limit=False)
         sim.start()
+        settings = replace(
+            build({"--listen-address": "127.0.0.1:0", "--poll-interval": "1h"}, {}),
+            kubelet_socket=str(sim.socket_path),
+            path_sysfs=str(sysfs),
+        )
         try:
-            client = KubeletClient(str(sim.socket_path))
-            reading = client.read()
-            topo = read_topology(sysfs)
-            poll = median_s(client.read, repeat)
+            # The exporter's own reader, kubelet and topology only (the telemetry sources
+            # are measured by the footprint run).
+            reader = NodeReader.from_settings(settings, telemetry=False)
+            seen = reader.observe()
+            assert seen.reading is not None and seen.topology is not None, seen.kubelet_error
+            reading, topo = seen.reading, seen.topology
+            poll = median_s(reader.observe, repeat)
             acc = median_s(lambda: account(reading, topo), repeat)
-            snap = Snapshot(1, reading.taken_at, topo, reading, True, stats=client.stats())
-            ctx = RenderContext(NodeView.of(snap), "bench")
+            view = reader.view(seen, generation=1, topology=topo, reading=reading)
             render = median_s(
-                lambda: _render(collectors.collect_all(collectors.ALL, ctx), openmetrics=False),
-                repeat,
+                lambda: _render(reader.families(view, "bench"), openmetrics=False), repeat
             )
-            body = _render(collectors.collect_all(collectors.ALL, ctx), openmetrics=False)
-            client.close()
-            settings = replace(
-                build({"--listen-address": "127.0.0.1:0", "--poll-interval": "1h"}, {}),
-                kubelet_socket=str(sim.socket_path),
-                path_sysfs=str(sysfs),
-            )
+            body = _render(reader.families(view, "bench"), openmetrics=False)
+            reader.close()
             exp = Exporter(settings)
             exp.start()
             try:

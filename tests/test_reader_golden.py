@@ -1,7 +1,10 @@
-"""Whole-exposition goldens: sim scenario and host -> real sources -> join -> collectors.
+"""Whole-exposition goldens: what the daemon runs, on each built-in scenario.
 
-Refresh with `pytest tests/integration/test_golden.py --update-goldens` and review the diff.
-Only the values that vary from run to run (durations, timestamps) are left out.
+Sim scenario and host -> the exporter's NodeReader (real kubelet client, sysfs, procfs,
+fake NVML) -> one Poller cycle -> the Store -> the Exposition a scrape is served from.
+Refresh with `pytest tests/test_reader_golden.py --update-goldens` and review the diff.
+Only the values that vary from run to run (durations, timestamps) and the parts rendered
+per scrape (the snapshot's age, the process metrics) are left out.
 """
 
 from __future__ import annotations
@@ -12,16 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter import collectors
-from podres_exporter.cli.export import build_sources
-from podres_exporter.collectors.base import RenderContext
-from podres_exporter.http import _render
-from podres_exporter.model import Snapshot
-from podres_exporter.poller import SourceRunner
+from podres_exporter.exposition import Exposition
+from podres_exporter.poller import Poller, Store
+from podres_exporter.reader import NodeReader
 from podres_exporter.sim import SimKubelet
-from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.sources.kubelet import KubeletClient
-from podres_exporter.view import NodeView
 from tests.conftest import exporter_settings
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -30,27 +27,25 @@ VOLATILE = re.compile(
     r"|kubelet_last_success_timestamp_seconds|source_duration_seconds"
     r"|source_last_success_timestamp_seconds)\b"
 )
+# Rendered per scrape, after the cached part: not a function of the reading.
+PER_SCRAPE = re.compile(r"^(# (HELP|TYPE) )?(podres_snapshot_age_seconds|process_)")
 
 
 def exposition(sim: SimKubelet) -> str:
-    client = KubeletClient(str(sim.socket_path))
-    reading = client.read()
-    topo = read_topology(sim.sysfs_root)  # type: ignore[attr-defined]
     backend = sim.host.gpu_backend()  # type: ignore[attr-defined]
-    runner = SourceRunner(
-        build_sources(exporter_settings(sim), collectors.ALL, backend), timeout_s=10
+    settings = exporter_settings(sim, source_timeout_s=10.0)
+    reader = NodeReader.from_settings(settings, gpu_backend=backend)
+    store = Store()
+    try:
+        Poller(reader, store).poll_once()
+        body = Exposition(store, reader.enabled, "0.0.0-golden").body(openmetrics=False, gz=False)
+    finally:
+        reader.close()
+        backend.close()
+    lines = body.decode().splitlines()
+    return "".join(
+        line + "\n" for line in lines if not VOLATILE.match(line) and not PER_SCRAPE.match(line)
     )
-    runner.start()
-    telemetry = runner.collect()
-    runner.close()
-    backend.close()
-    snap = Snapshot(
-        1, reading.taken_at, topo, reading, True, stats=client.stats(), telemetry=telemetry
-    )
-    ctx = RenderContext(NodeView.of(snap), "0.0.0-golden")
-    text = _render(collectors.collect_all(collectors.ALL, ctx), openmetrics=False).decode()
-    client.close()
-    return "".join(line + "\n" for line in text.splitlines() if not VOLATILE.match(line))
 
 
 @pytest.mark.parametrize("scenario", ["minimal", "policy-none", "v1alpha1", "demo"])

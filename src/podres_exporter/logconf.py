@@ -1,4 +1,7 @@
-"""structlog set-up: JSON lines when stderr is not a terminal, readable when it is."""
+"""structlog set-up: JSON lines or readable console lines.
+
+Commands configure it through :func:`podres_exporter.process.configure_logging`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import TextIO
 import structlog
 
 LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("auto", "json", "console")
 
 
 def configure(

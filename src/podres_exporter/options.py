@@ -22,7 +22,7 @@ from typing import Any
 
 from podres_exporter.errors import ConfigError
 from podres_exporter.kube import parse_bytes
-from podres_exporter.logconf import LEVELS
+from podres_exporter.logconf import FORMATS, LEVELS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -80,8 +80,8 @@ def parse_log_level(text: str) -> str:
 def parse_log_format(text: str) -> str:
     """auto (JSON unless on a terminal), json or console."""
     fmt = str(text).strip().lower()
-    if fmt not in ("auto", "json", "console"):
-        raise ValueError(f"{text!r} is not one of auto, json, console")
+    if fmt not in FORMATS:
+        raise ValueError(f"{text!r} is not one of {', '.join(FORMATS)}")
     return fmt
 
 

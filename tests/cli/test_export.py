@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -13,8 +14,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from podres_exporter.cli.export import Exporter
+from podres_exporter.errors import ConfigError
 from podres_exporter.sim import SimKubelet
-from tests.conftest import http_get, sample, scrape, select, wait_until
+from tests.conftest import exporter_settings, http_get, sample, scrape, select, wait_until
 
 MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]
@@ -27,12 +29,26 @@ def ready(exp: Exporter) -> bool:
 
 def test_endpoints(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
     """/healthz, /readyz, / and an unknown path answer as documented."""
-    exp = make_exporter(make_sim("minimal"))
+    sim = make_sim("minimal")
+    exp = make_exporter(sim)
+    assert exp.url == f"http://127.0.0.1:{exp.server.port}"
     wait_until(lambda: ready(exp))
-    assert http_get(exp.url + "/healthz")[:1] == (200,)
+    assert http_get(exp.url + "/healthz")[::2] == (200, b"ok\n")
+    assert http_get(exp.url + "/readyz")[::2] == (200, b"ready\n")
     status, headers, body = http_get(exp.url + "/")
     assert status == 200 and b"/metrics" in body and headers["Content-Type"].startswith("text/html")
+    assert f"kubelet socket: <code>{sim.socket_path}</code>".encode() in body
     assert http_get(exp.url + "/nope")[0] == 404
+
+
+def test_a_taken_port_names_the_flag(make_sim: MakeSim) -> None:
+    """An address that cannot be bound: ConfigError naming it and --listen-address."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"cannot listen on 127.0.0.1:{port} \(--listen"):
+            Exporter(exporter_settings(make_sim("minimal"), listen_address=("127.0.0.1", port)))
 
 
 def test_scrapes_never_call_the_kubelet(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
@@ -71,8 +87,9 @@ def test_content_negotiation_and_gzip(make_sim: MakeSim, make_exporter: MakeExpo
     text = body.decode()
     assert text.endswith("# EOF\n") and text.count("# EOF") == 1
     assert "podres_snapshot_age_seconds" in text and "podres_kubelet_up" in text
-    status, headers, body = http_get(exp.url + "/metrics")
+    status, headers, body = http_get(exp.url + "/metrics", {"Accept-Encoding": "gzip;q=0"})
     assert headers["Content-Type"].startswith("text/plain")
+    assert "Content-Encoding" not in headers
     assert "# EOF" not in body.decode()
 
 

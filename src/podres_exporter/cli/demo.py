@@ -15,28 +15,21 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from podres_exporter import logconf
-from podres_exporter.cli.export import Exporter, wait_for_signal
+from podres_exporter import process
+from podres_exporter.cli.export import Exporter
 from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
 from podres_exporter.errors import ConfigError, ScenarioError
 from podres_exporter.options import parse_duration
 from podres_exporter.settings import Settings
-from podres_exporter.sim import Scenario, SimKubelet, builtin_names
+from podres_exporter.sim import Scenario, SimKubelet, resolve_scenario
 from podres_exporter.sim.hostfs import SimHost
-from podres_exporter.sim.scenario import load_builtin
 
 
 def load_scenario(name_or_path: str) -> Scenario:
-    """A built-in scenario by name, or a scenario TOML file; ConfigError naming --scenario."""
+    """A built-in scenario, a scenario TOML file or ``synthetic:PODS[:N]``; ConfigError
+    naming --scenario."""
     try:
-        if name_or_path in builtin_names():
-            return load_builtin(name_or_path)
-        if not Path(name_or_path).is_file():
-            raise ConfigError(
-                f"--scenario {name_or_path!r}: neither a built-in scenario "
-                f"({', '.join(builtin_names())}) nor a file"
-            )
-        return Scenario.load(name_or_path)
+        return resolve_scenario(name_or_path)
     except ScenarioError as err:
         raise ConfigError(f"--scenario: {err}") from err
 
@@ -67,10 +60,7 @@ def _tick(host: SimHost, stop: threading.Event) -> None:
 
 def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
     """Serve the demo node until SIGTERM or SIGINT."""
-    logconf.configure(
-        settings.log_level,
-        json=None if settings.log_format == "auto" else settings.log_format == "json",
-    )
+    process.configure_logging(settings.log_level, settings.log_format)
     sc = load_scenario(scenario)
     try:
         churn_s = 0.0 if churn.strip() in ("0", "0s") else parse_duration(churn)
@@ -114,7 +104,7 @@ def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
         ]
         print("\n".join(lines), flush=True)
         try:
-            reason = wait_for_signal()
+            reason = process.wait_for_signal()
         finally:
             exporter.stop("demo ended")
             if plugin is not None:

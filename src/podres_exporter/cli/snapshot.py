@@ -5,71 +5,52 @@ from __future__ import annotations
 import json
 import sys
 
-from podres_exporter import collectors, logconf
-from podres_exporter.cli.export import default_gpu_backend, kubelet_client, telemetry_runner
-from podres_exporter.errors import ConfigError, KubeletError, KubeletUnavailable, SourceError
-from podres_exporter.model import NodeTopology, Snapshot
+from podres_exporter import collectors, process
+from podres_exporter.errors import ConfigError, KubeletError, KubeletUnavailable
+from podres_exporter.model import NodeTopology
+from podres_exporter.reader import NodeReader
 from podres_exporter.report import to_dict
 from podres_exporter.settings import Settings
-from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.telemetry import Telemetry
-from podres_exporter.view import NodeView
-
-
-def read_telemetry(settings: Settings) -> Telemetry:
-    """Every telemetry source once (NVML on the real driver, sysfs, procfs)."""
-    backend = default_gpu_backend()
-    runner = telemetry_runner(settings, collectors.ALL, backend)
-    assert runner is not None  # every collector is on: every source runs
-    try:
-        runner.start()
-        return runner.collect()
-    finally:
-        runner.close()
-        backend.close()
 
 
 def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool = True) -> int:
     """Read the kubelet once and print the result; 1 when the kubelet cannot be read."""
-    logconf.configure(settings.log_level, json=settings.log_format == "json")
+    process.configure_logging(settings.log_level, settings.log_format)
     if pod is not None and pod.count("/") != 1:
         raise ConfigError(f"--pod {pod!r}: expected NAMESPACE/NAME")
+    # Every collector's telemetry: NVML on the real driver, sysfs devices, procfs.
+    reader = NodeReader.from_settings(settings, telemetry=telemetry, enabled=collectors.ALL)
     try:
-        topology = read_topology(settings.path_sysfs)
-    except SourceError as err:
-        print(f"podres snapshot: warning: {err} (set --path.sysfs)", file=sys.stderr)
-        topology = NodeTopology(online_cpus=frozenset())
-    client = kubelet_client(settings)
-    try:
-        reading = client.read()
+        seen = reader.observe()
         found = None
-        if pod is not None:
+        if seen.reading is not None and pod is not None:
             namespace, name = pod.split("/")
-            found = client.get_pod(namespace, name)
+            found = reader.kubelet.get_pod(namespace, name)
             if found is None:
                 print(f"podres snapshot: pod {pod} is not on this node (--pod)", file=sys.stderr)
                 return 1
-    except KubeletUnavailable as err:
-        print(
-            f"podres snapshot: {err} (check --kubelet-socket and that you run as root)",
-            file=sys.stderr,
-        )
-        return 1
-    except KubeletError as err:
-        print(f"podres snapshot: {err}", file=sys.stderr)
+    except KubeletError as err:  # Get failed after List answered
+        print(f"podres snapshot: {_kubelet_problem(err)}", file=sys.stderr)
         return 1
     finally:
-        client.close()
-    snap = Snapshot(
-        generation=1,
-        taken_at=reading.taken_at,
-        topology=topology,
-        reading=reading,
-        kubelet_up=True,
-        stats=client.stats(),
-        telemetry=read_telemetry(settings) if telemetry else None,
-    )
-    view = NodeView.of(snap, gpu_resources=settings.gpu_resources)
+        reader.close()
+    if seen.reading is None:
+        assert seen.kubelet_error is not None
+        print(f"podres snapshot: {_kubelet_problem(seen.kubelet_error)}", file=sys.stderr)
+        return 1
+    topology = seen.topology
+    if topology is None:
+        print(
+            f"podres snapshot: warning: {seen.topology_error} (set --path.sysfs)", file=sys.stderr
+        )
+        topology = NodeTopology(online_cpus=frozenset())
+    view = reader.view(seen, generation=1, topology=topology, reading=seen.reading)
     json.dump(to_dict(view, only=found), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def _kubelet_problem(err: KubeletError) -> str:
+    if isinstance(err, KubeletUnavailable):
+        return f"{err} (check --kubelet-socket and that you run as root)"
+    return str(err)

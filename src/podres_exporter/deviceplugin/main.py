@@ -15,19 +15,16 @@ CLI can build its parser cheaply; :func:`build_plugin` imports them.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from podres_exporter import __version__, logconf
+from podres_exporter import __version__, process
 from podres_exporter.deviceplugin.config import PluginConfig, load_config
 from podres_exporter.errors import ConfigError, PodresError
 from podres_exporter.options import (
@@ -42,9 +39,10 @@ from podres_exporter.options import (
 
 if TYPE_CHECKING:
     from podres_exporter.deviceplugin.lifecycle import PluginManager, Timing
-    from podres_exporter.deviceplugin.metrics import MetricsServer, PluginMetrics
+    from podres_exporter.deviceplugin.metrics import PluginMetrics
     from podres_exporter.deviceplugin.monitor import Monitor
     from podres_exporter.sources.gpu import GpuBackend
+    from podres_exporter.web import WebServer
 
 __all__ = [
     "DEFAULT_DEVICE_PLUGIN_DIR",
@@ -57,7 +55,6 @@ __all__ = [
     "build_plugin",
     "plugin_settings",
     "run_plugin",
-    "stop_on_signals",
 ]
 
 log = structlog.get_logger(__name__)
@@ -165,7 +162,7 @@ class DevicePlugin:
         monitor: Monitor,
         manager: PluginManager,
         metrics: PluginMetrics,
-        http: MetricsServer,
+        http: WebServer,
         owned_backend: GpuBackend | None,
     ) -> None:
         self.settings = settings
@@ -188,7 +185,7 @@ class DevicePlugin:
             log.error("health_check_failed", error=repr(err))
         self.monitor.start()
         self.manager.start()
-        self.http.start()
+        self.http.start("podres-plugin-http")
         log.info(
             "plugin_started",
             version=__version__,
@@ -219,7 +216,7 @@ def build_plugin(
     """Compose the plugin. ``gpu_backend``: injected by tests and the demo; by default
     NVML (``open_nvml_backend``), opened only when a resource uses nvml."""
     from podres_exporter.deviceplugin.lifecycle import PluginManager, Timing
-    from podres_exporter.deviceplugin.metrics import MetricsServer, PluginMetrics
+    from podres_exporter.deviceplugin.metrics import PluginMetrics, plugin_site
     from podres_exporter.deviceplugin.monitor import Discoverer, Monitor
 
     if config is None:
@@ -249,15 +246,21 @@ def build_plugin(
         recheck=monitor.check,
         timing=timing or Timing(),
     )
+    site = plugin_site(
+        metrics,
+        __version__,
+        healthy=monitor.alive,
+        facts=(
+            ("resources", ", ".join(r.name for r in config.resources)),
+            ("device-plugins directory", settings.device_plugin_dir),
+        ),
+    )
     try:
-        http = MetricsServer(settings.listen_address, metrics, healthy=monitor.alive)
-    except OSError as err:
-        host, port = settings.listen_address
+        http = process.listen(settings.listen_address, site)
+    except ConfigError:
         if owned is not None:
             owned.close()
-        raise ConfigError(
-            f"cannot listen on {host}:{port} (--listen-address): {err.strerror or err}"
-        ) from err
+        raise
     return DevicePlugin(
         settings,
         config,
@@ -267,27 +270,6 @@ def build_plugin(
         http=http,
         owned_backend=owned,
     )
-
-
-@contextlib.contextmanager
-def stop_on_signals(event: threading.Event, reason: list[str]) -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT set ``event`` and put their name in ``reason[0]``.
-
-    Handlers are installed only on the main thread (elsewhere only ``event`` stops)."""
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        reason[0] = f"signal {signal.Signals(signum).name}"
-        event.set()
-
-    previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, h in previous.items():
-            signal.signal(sig, h)
 
 
 def run_plugin(
@@ -305,10 +287,7 @@ def run_plugin(
             health_interval_s=settings.health_interval_s,
             xid_unhealthy_for_s=settings.xid_unhealthy_for_s,
         )
-        logconf.configure(
-            settings.log_level,
-            json=None if settings.log_format == "auto" else settings.log_format == "json",
-        )
+        process.configure_logging(settings.log_level, settings.log_format)
         plugin = build_plugin(settings, config, gpu_backend=gpu_backend)
     except ConfigError as err:
         sys.stderr.write(f"podres plugin: error: {err}\n")
@@ -316,11 +295,8 @@ def run_plugin(
     except PodresError as err:
         sys.stderr.write(f"podres plugin: error: {err}\n")
         return 1
-    event = stop or threading.Event()
-    reason = ["stop requested"]
-    with stop_on_signals(event, reason):  # before start: a SIGTERM then still cleans up
+    with process.stop_on_signals(stop) as stopping:  # before start: a SIGTERM still cleans up
         plugin.start()
-        while not event.wait(0.2):
-            pass
-    plugin.stop(reason[0])
+        reason = stopping.wait()
+    plugin.stop(reason)
     return 0

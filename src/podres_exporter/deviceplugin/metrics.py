@@ -1,4 +1,4 @@
-"""The device plugin's own metrics and its small HTTP server.
+"""The device plugin's own metrics and what its web server serves.
 
 Metrics (a private registry; all alpha):
 
@@ -15,25 +15,21 @@ Metrics (a private registry; all alpha):
 * ``podres_plugin_list_and_watch_streams{resource}``: open ListAndWatch streams;
 * ``podres_plugin_build_info{version}``: 1.
 
-HTTP (``--listen-address``): ``/metrics``, ``/healthz`` (200 while the health loop
-runs) and ``/readyz`` (200 once every resource is registered with the kubelet);
-any other path is 404. A threaded wsgiref server with prometheus_client's WSGI app
-behind a small router.
+HTTP (``--listen-address``, :mod:`podres_exporter.web`): ``/metrics``, ``/healthz``
+(200 while the health loop runs), ``/readyz`` (200 once every resource is registered
+with the kubelet) and an index page ``/``; any other path is 404.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-from wsgiref.types import StartResponse, WSGIEnvironment
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-__all__ = ["MetricsServer", "PluginMetrics"]
+from podres_exporter.web import Index, Site, registry_metrics
+
+__all__ = ["PluginMetrics", "plugin_site"]
 
 HEALTH_LABELS = ("Healthy", "Unhealthy")
 
@@ -133,93 +129,35 @@ class PluginMetrics:
 # ------------------------------------------------------------------------------ HTTP
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def plugin_site(
+    metrics: PluginMetrics,
+    version: str,
+    *,
+    healthy: Callable[[], bool],
+    facts: tuple[tuple[str, str], ...] = (),
+) -> Site:
+    """The plugin's web site: its registry on ``/metrics``, ``healthy`` (the health
+    loop runs) on ``/healthz``, every resource registered on ``/readyz``."""
 
+    def health() -> tuple[bool, str]:
+        ok = healthy()
+        return ok, "ok" if ok else "health checks stalled"
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log: scrapes every few seconds would drown the plugin's own log."""
+    def readiness() -> tuple[bool, str]:
+        if metrics.all_registered():
+            return True, "ok"
+        return False, f"not registered: {', '.join(metrics.unregistered()) or 'none yet'}"
 
-
-def _ipv6_server(host: str) -> type[_ThreadingServer]:
-    if ":" not in host:
-        return _ThreadingServer
-
-    class _Server6(_ThreadingServer):
-        address_family = socket.AF_INET6
-
-    return _Server6
-
-
-class MetricsServer:
-    """``/metrics``, ``/healthz``, ``/readyz`` on ``address`` (host, port; port 0 picks one)."""
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        metrics: PluginMetrics,
-        *,
-        healthy: Callable[[], bool],
-    ) -> None:
-        self._metrics = metrics
-        self._healthy = healthy
-        self._metrics_app = make_wsgi_app(metrics.registry)
-        host, port = address
-        self._server = make_server(
-            host,
-            port,
-            self._app,
-            server_class=_ipv6_server(host),
-            handler_class=_QuietHandler,
-        )
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        host = str(self._server.server_address[0])
-        if host in ("0.0.0.0", "::"):  # noqa: S104 - naming the wildcard, not binding it
-            host = "127.0.0.1" if host == "0.0.0.0" else "::1"  # noqa: S104
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
-
-    def _app(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path == "/metrics":
-            exposition: Iterable[bytes] = self._metrics_app(environ, start_response)
-            return exposition
-        if path == "/healthz":
-            ok = self._healthy()
-            return _text(start_response, ok, "ok\n" if ok else "health checks stalled\n")
-        if path == "/readyz":
-            missing = self._metrics.unregistered()
-            ready = self._metrics.all_registered()
-            body = "ok\n" if ready else f"not registered: {', '.join(missing) or 'none yet'}\n"
-            return _text(start_response, ready, body)
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"not found: try /metrics, /healthz or /readyz\n"]
-
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},  # how soon stop() is noticed
-            name="podres-plugin-http",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread is not None:  # shutdown() waits for a serve_forever that must run
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
-
-
-def _text(start_response: StartResponse, ok: bool, body: str) -> list[bytes]:
-    status = "200 OK" if ok else "503 Service Unavailable"
-    start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
-    return [body.encode()]
+    return Site(
+        metrics=registry_metrics(metrics.registry),
+        health=health,
+        readiness=readiness,
+        index=Index(
+            title="podres device plugin",
+            version=version,
+            summary="Kubelet device plugin (API v1beta1) for the resources of its resource file.",
+            healthz="the health checks run",
+            readyz="every resource is registered with the kubelet",
+            facts=facts,
+        ),
+    )

@@ -1,7 +1,7 @@
 """Run the simulated kubelet standalone until SIGTERM or SIGINT.
 
     python -m podres_exporter.sim --scenario demo --socket /tmp/podres/kubelet.sock \\
-        [--sysfs-out DIR] [--churn-interval SECONDS]
+        [--sysfs-out DIR] [--churn-interval SECONDS] [--log-level LEVEL] [--log-format FORMAT]
 
 ``--scenario`` is a built-in name (``demo``, ``minimal`` ...), a TOML file, or
 ``synthetic:PODS[:N]`` (``Scenario.synthetic``: every Nth pod with an exclusive CPU).
@@ -12,17 +12,17 @@ server stops and the socket is removed.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 import structlog
 
+from podres_exporter import process
 from podres_exporter.errors import ScenarioError
-from podres_exporter.sim.scenario import Scenario, builtin_names, load_builtin
+from podres_exporter.logconf import FORMATS, LEVELS
+from podres_exporter.sim.scenario import Scenario
+from podres_exporter.sim.scenario_toml import builtin_names, resolve_scenario
 from podres_exporter.sim.server import SimKubelet
 from podres_exporter.sim.sysfs import write_sysfs
 
@@ -49,27 +49,27 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds between churn steps (default: the scenario's; 0: no churn)",
     )
+    p.add_argument("--log-level", default="info", choices=LEVELS, help="(default: info)")
+    p.add_argument(
+        "--log-format",
+        default="auto",
+        choices=FORMATS,
+        help="auto (JSON unless stderr is a terminal), json or console (default: auto)",
+    )
     return p
 
 
 def _load(name: str) -> Scenario:
-    if name.startswith("synthetic:"):
-        try:
-            pods, *every = (int(n) for n in name.removeprefix("synthetic:").split(":"))
-        except ValueError:
-            raise ScenarioError("--scenario", name, "expected synthetic:PODS[:N]") from None
-        if pods < 1 or len(every) > 1 or (every and every[0] < 0):
-            raise ScenarioError("--scenario", name, "expected synthetic:PODS[:N]")
-        return Scenario.synthetic(pods, exclusive_every=every[0] if every else 0)
-    path = Path(name)
-    if path.suffix == ".toml" or path.is_file():
-        return Scenario.load(path)
-    return load_builtin(name)
+    try:
+        return resolve_scenario(name)
+    except ScenarioError as exc:
+        raise ScenarioError("--scenario", "", str(exc)) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
+    process.configure_logging(args.log_level, args.log_format)
     try:
         scenario = _load(args.scenario)
     except ScenarioError as exc:
@@ -79,37 +79,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_sysfs(scenario.node, args.sysfs_out)
     interval = scenario.churn_interval_s if args.churn_interval is None else args.churn_interval
 
-    stop = threading.Event()
-    reason: list[str] = []
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        reason.append(signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-    sim = SimKubelet(scenario, args.socket)
-    try:
-        sim.start()
-    except OSError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 1
-    try:
-        if interval > 0:
-            sim.start_churn(interval)
-        log.info(
-            "sim_serving",
-            socket=str(sim.socket_path),
-            scenario=scenario.name,
-            pods=len(sim.node.pods),
-            churn_interval_s=interval,
-        )
-        while not stop.wait(0.5):
-            pass
-    finally:
-        sim.stop(remove_socket=True)
-    log.info("sim_exit", reason=reason[0] if reason else "done")
+    with process.stop_on_signals() as stop:
+        sim = SimKubelet(scenario, args.socket)
+        try:
+            sim.start()
+        except OSError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 1
+        try:
+            if interval > 0:
+                sim.start_churn(interval)
+            log.info(
+                "sim_serving",
+                socket=str(sim.socket_path),
+                scenario=scenario.name,
+                pods=len(sim.node.pods),
+                churn_interval_s=interval,
+            )
+            reason = stop.wait()
+        finally:
+            sim.stop(remove_socket=True)
+    log.info("sim_exit", reason=reason)
     return 0
 
 

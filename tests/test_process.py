@@ -1,0 +1,299 @@
+"""The process shell: stop signals, logging set-up in every command, the listen error."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+import structlog
+
+from podres_exporter import logconf, process
+from podres_exporter.cli import main as podres
+from podres_exporter.errors import ConfigError
+from podres_exporter.sim.__main__ import main as sim_main
+from podres_exporter.web import Index, Site
+
+Handler = Callable[[int, FrameType | None], None]
+
+
+@pytest.fixture
+def sentinels() -> Iterator[dict[signal.Signals, Handler]]:
+    """Harmless SIGTERM / SIGINT handlers for the test's duration (a signal that the code
+    under test fails to catch lands here, not in pytest); the originals restored after."""
+
+    def ignore(_signum: int, _frame: FrameType | None) -> None:
+        return
+
+    handlers: dict[signal.Signals, Handler] = {sig: ignore for sig in process.STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
+    yield handlers
+    for sig, h in previous.items():
+        signal.signal(sig, h)
+
+
+def kill_self_soon(sig: signal.Signals) -> threading.Timer:
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), sig))
+    timer.start()
+    return timer
+
+
+# ------------------------------------------------------------------------------ signals
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_stop_signal_ends_the_wait_and_names_itself(
+    sig: signal.Signals, sentinels: dict[signal.Signals, Handler]
+) -> None:
+    """SIGTERM / SIGINT end the wait with "signal NAME"; the previous handlers come back."""
+    with process.stop_on_signals() as stop:
+        assert signal.getsignal(sig) is not sentinels[sig]
+        timer = kill_self_soon(sig)
+        reason = stop.wait()
+    timer.join()
+    assert reason == f"signal {sig.name}"
+    assert stop.event.is_set()
+    for s, h in sentinels.items():
+        assert signal.getsignal(s) is h
+
+
+def test_wait_for_signal_returns_the_reason(sentinels: dict[signal.Signals, Handler]) -> None:
+    """wait_for_signal: the same wait in one call."""
+    timer = kill_self_soon(signal.SIGTERM)
+    assert process.wait_for_signal() == "signal SIGTERM"
+    timer.join()
+    assert signal.getsignal(signal.SIGTERM) is sentinels[signal.SIGTERM]
+
+
+def test_the_event_ends_the_wait_too(sentinels: dict[signal.Signals, Handler]) -> None:
+    """A given event, set from another thread, ends the wait: "stop requested"."""
+    event = threading.Event()
+    threading.Timer(0.1, event.set).start()
+    with process.stop_on_signals(event) as stop:
+        assert stop.wait() == "stop requested"
+    assert signal.getsignal(signal.SIGINT) is sentinels[signal.SIGINT]
+
+
+def test_off_the_main_thread_no_handler_is_installed(
+    sentinels: dict[signal.Signals, Handler],
+) -> None:
+    """In another thread the handlers stay as they are; only the event stops the wait."""
+    event = threading.Event()
+    seen: list[Any] = []
+
+    def waiter() -> None:
+        with process.stop_on_signals(event) as stop:
+            seen.append(signal.getsignal(signal.SIGTERM))
+            seen.append(stop.wait())
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    event.set()
+    thread.join(timeout=5)
+    assert seen == [sentinels[signal.SIGTERM], "stop requested"]
+
+
+class Daemon:
+    """A command run as a process whose stderr (not a terminal) is read as it comes."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        self.events: list[dict[str, Any]] = []
+
+    def wait_event(self, name: str) -> dict[str, Any]:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            event: dict[str, Any] = json.loads(line)  # auto, on a pipe: JSON lines
+            self.events.append(event)
+            if event["event"] == name:
+                return event
+        pytest.fail(f"no {name} event before the end; got {self.events}")
+
+    def stop(self, sig: signal.Signals, event: str) -> dict[str, Any]:
+        self.proc.send_signal(sig)
+        found = self.wait_event(event)
+        assert self.proc.wait(timeout=10) == 0
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_daemons_stop_on_a_signal_naming_it(tmp_path: Path, sig: signal.Signals) -> None:
+    """`podres export` and the simulator log JSON on a pipe (format auto) and stop on
+    SIGTERM / SIGINT with exit status 0, logging which signal it was."""
+    daemons = {
+        "exporter_stopped": Daemon(
+            [
+                "-m", "podres_exporter", "export", "--listen-address", "127.0.0.1:0",
+                "--kubelet-socket", str(tmp_path / "none.sock"), "--no-collector.gpu",
+            ]
+        ),
+        "sim_exit": Daemon(
+            [
+                "-m", "podres_exporter.sim", "--scenario", "minimal",
+                "--socket", str(tmp_path / "k.sock"), "--churn-interval", "0",
+            ]
+        ),
+    }  # fmt: skip
+    try:
+        daemons["exporter_stopped"].wait_event("exporter_started")
+        daemons["sim_exit"].wait_event("sim_serving")
+        for last, daemon in daemons.items():
+            assert daemon.stop(sig, last)["reason"] == f"signal {sig.name}"
+    finally:
+        for daemon in daemons.values():
+            if daemon.proc.poll() is None:
+                daemon.proc.kill()
+                daemon.proc.wait()
+            if daemon.proc.stderr is not None:
+                daemon.proc.stderr.close()
+
+
+# ------------------------------------------------------------------------------ logging
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def last_line_is_json(out: io.StringIO) -> bool:
+    structlog.get_logger("probe").warning("probe", n=1)
+    line = out.getvalue().splitlines()[-1]
+    try:
+        return bool(json.loads(line)["event"] == "probe")
+    except ValueError:
+        assert "probe" in line
+        return False
+
+
+@pytest.mark.parametrize(
+    ("log_format", "terminal", "as_json"),
+    [
+        ("auto", False, True),
+        ("auto", True, False),
+        ("json", True, True),
+        ("console", False, False),
+    ],
+)
+def test_configure_logging_formats(log_format: str, terminal: bool, as_json: bool) -> None:
+    """auto: JSON unless the stream is a terminal; json and console regardless."""
+    out = Terminal() if terminal else io.StringIO()
+    process.configure_logging("info", log_format, stream=out)
+    assert last_line_is_json(out) is as_json
+
+
+def taken_port() -> tuple[socket.socket, int]:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    return holder, int(holder.getsockname()[1])
+
+
+PLUGIN_CONFIG = """
+[[resource]]
+name = "intel.com/sriov_vf"
+[resource.discover]
+kind = "pci"
+device = "0x1889"
+"""
+
+
+def run_command(name: str, tmp_path: Path, log_format: str, port: int) -> int:
+    """Run a command in-process up to an early, expected failure after its logging set-up."""
+    fmt = ["--log-format", log_format]
+    if name == "export":
+        listen = ["--listen-address", f"127.0.0.1:{port}", "--no-collector.gpu"]
+        return podres(["export", *listen, *fmt], {})
+    if name == "demo":
+        return podres(["demo", "--scenario", str(tmp_path / "none.toml"), *fmt], {})
+    if name == "snapshot":
+        sock = ["--kubelet-socket", str(tmp_path / "none.sock"), "--kubelet-timeout", "1s"]
+        return podres(
+            ["snapshot", *sock, "--path.sysfs", str(tmp_path), "--no-telemetry", *fmt], {}
+        )
+    if name == "plugin":
+        (tmp_path / "plugin.toml").write_text(PLUGIN_CONFIG)
+        args = ["--config", str(tmp_path / "plugin.toml"), "--device-plugin-dir", str(tmp_path)]
+        return podres(["plugin", *args, "--listen-address", f"127.0.0.1:{port}", *fmt], {})
+    assert name == "sim"
+    return sim_main(["--socket", str(tmp_path / "k.sock"), "--scenario", "synthetic:x", *fmt])
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+@pytest.mark.parametrize("command", ["export", "demo", "snapshot", "plugin", "sim"])
+def test_auto_means_the_same_in_every_command(
+    command: str,
+    terminal: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--log-format auto: JSON on a pipe, console on a terminal, in every command; each
+    sets logging up once."""
+    out = Terminal() if terminal else io.StringIO()
+    real = logconf.configure
+    calls: list[bool | None] = []
+
+    def on_this_stream(level: str, *, stream: Any = None, json: bool | None = None) -> None:
+        calls.append(json)
+        real(level, stream=out, json=json)
+
+    monkeypatch.setattr(logconf, "configure", on_this_stream)
+    holder, port = taken_port()
+    with holder:
+        assert run_command(command, tmp_path, "auto", port) in (1, 2)
+    capsys.readouterr()
+    assert calls == [None]
+    assert last_line_is_json(out) is not terminal
+
+
+# --------------------------------------------------------------------------- listening
+
+
+def site() -> Site:
+    return Site(
+        metrics=lambda *, openmetrics, gz: b"",
+        health=lambda: (True, "ok"),
+        readiness=lambda: (True, "ok"),
+        index=Index("t", "0", "s", "h", "r"),
+    )
+
+
+def test_a_taken_port_is_a_config_error_naming_the_flag() -> None:
+    """listen: OSError becomes the ConfigError naming --listen-address and the address."""
+    holder, port = taken_port()
+    with holder, pytest.raises(ConfigError) as err:
+        process.listen(("127.0.0.1", port), site())
+    assert str(err.value).startswith(f"cannot listen on 127.0.0.1:{port} (--listen-address): ")
+    assert "in use" in str(err.value)
+
+
+def test_an_ipv6_address_is_shown_bracketed() -> None:
+    """An address the machine does not have, IPv6: named as the flag takes it."""
+    with pytest.raises(
+        ConfigError, match=r"cannot listen on \[fd00::dead\]:9 \(--listen-address\)"
+    ):
+        process.listen(("fd00::dead", 9), site())
+
+
+def test_listen_binds_without_serving() -> None:
+    """listen: bound, not serving until started."""
+    server = process.listen(("127.0.0.1", 0), site())
+    try:
+        assert server.port > 0
+    finally:
+        server.stop()
