@@ -42,6 +42,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 
 from podres_exporter.sim import load_builtin
@@ -220,7 +221,7 @@ def wait_for(what: str, ok: Callable[[], bool], daemons: Sequence[Daemon]) -> No
 def wait_ready(daemon: Daemon, others: Sequence[Daemon]) -> None:
     def ready() -> bool:
         with contextlib.suppress(OSError):
-            return get(daemon.url + "/readyz")[0] == 200
+            return get(daemon.url + "/readyz")[0] == HTTPStatus.OK
         return False
 
     wait_for(f"{daemon.name} {daemon.url}/readyz", ready, [daemon, *others])
@@ -255,7 +256,7 @@ def steady(daemons: Sequence[Daemon], seconds: float, others: Sequence[Daemon]) 
             next_scrape += SCRAPE_EVERY_S
             for d in daemons:
                 status, body = get(d.url + "/metrics", headers)
-                if status != 200:
+                if status != HTTPStatus.OK:
                     raise RuntimeError(f"{d.name}: /metrics answered {status}")
                 d.scrapes += 1
                 d.scrape_bytes = len(body)

@@ -31,6 +31,12 @@ BINARY_SUFFIXES: dict[str, int] = {
 _BINARY = BINARY_SUFFIXES
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+# Longest DNS-1123 subdomain and longest name part of a qualified name (Kubernetes'
+# validation package).
+DNS1123_SUBDOMAIN_MAX = 253
+QUALIFIED_NAME_PART_MAX = 63
+# A float CPU quantity is whole milli-CPUs when it is this close to one.
+_MILLI_TOLERANCE = 1e-6
 _MILLICPU = re.compile(r"\d+m")
 _CPU = re.compile(r"\d+(\.\d{1,3})?")
 
@@ -60,7 +66,7 @@ def parse_millicpu(value: object) -> int:
         raise ValueError(f"expected a CPU quantity, got {value!r}")
     if isinstance(value, int | float):
         milli = round(float(value) * 1000)
-        if milli < 0 or abs(milli - float(value) * 1000) > 1e-6:
+        if milli < 0 or abs(milli - float(value) * 1000) > _MILLI_TOLERANCE:
             raise ValueError(f"expected a CPU quantity with at most 3 decimals, got {value!r}")
         return milli
     if isinstance(value, str):
@@ -88,13 +94,13 @@ def is_hugepages_name(name: str) -> bool:
 def is_dns1123_subdomain(text: str) -> bool:
     """Whether ``text`` is a DNS-1123 subdomain: lower-case alphanumeric labels, ``-``
     inside a label, joined by ``.``, at most 253 characters."""
-    return len(text) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(text) is not None
+    return len(text) <= DNS1123_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(text) is not None
 
 
 def is_qualified_name_part(text: str) -> bool:
     """Whether ``text`` is the name part of a qualified name: alphanumerics, ``-``, ``_``
     or ``.``, starting and ending with an alphanumeric, at most 63 characters."""
-    return len(text) <= 63 and _QUALIFIED_NAME_PART.fullmatch(text) is not None
+    return len(text) <= QUALIFIED_NAME_PART_MAX and _QUALIFIED_NAME_PART.fullmatch(text) is not None
 
 
 class NameProblem(Enum):

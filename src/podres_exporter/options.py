@@ -29,6 +29,8 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # A whole number of bytes with a quantity suffix, K for k, and an optional B: 64MiB, 16 Mi.
 _SIZE = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi|K|M|G)?B?\s*$")
 
+MAX_PORT = 65535
+
 
 def parse_duration(text: str) -> float:
     """``"10s"``, ``"500ms"``, ``"1m"``, ``"2.5"`` (seconds) -> seconds; must be > 0."""
@@ -60,8 +62,8 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     if not sep or not port_text.isdigit():
         raise ValueError(f"{text!r} is not HOST:PORT (examples: :9842, 127.0.0.1:9842, [::1]:9842)")
     port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range 0-65535")
+    if not 0 <= port <= MAX_PORT:
+        raise ValueError(f"port {port} is out of range 0-{MAX_PORT}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:

@@ -235,7 +235,7 @@ def _numa(node: int | None) -> tuple[int, ...]:
 def _mig_profile(reading: GpuReading) -> str | None:
     """``1g.10gb`` from a MIG device's NVML name ``NVIDIA A100-SXM4-80GB MIG 1g.10gb``."""
     words = reading.name.split()
-    if len(words) >= 2 and words[-2] == "MIG":
+    if words[-2:-1] == ["MIG"]:
         return words[-1]
     return None
 

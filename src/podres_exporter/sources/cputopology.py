@@ -1,6 +1,5 @@
-"""Node facts read from sysfs under a configurable root (``--path.sysfs``).
-
-Only the CPU topology for now: the online CPUs and the NUMA node of each.
+"""The node's CPU topology, read from sysfs under a configurable root (``--path.sysfs``):
+the online CPUs and the NUMA node of each.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def _aer(path: str) -> Mapping[str, int]:
     counts: dict[str, int] = {}
     for line in (text or "").splitlines():
         parts = line.split()
-        if len(parts) == 2:
+        if len(parts) == 2:  # noqa: PLR2004 - the file's lines are NAME VALUE
             try:
                 counts[parts[0]] = int(parts[1])
             except ValueError:
