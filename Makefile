@@ -9,7 +9,7 @@ CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint fmt proto system-deps bench clean image dashboards rules
+.PHONY: demo test test-fast lint fmt proto system-deps bench clean image dashboards rules
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ demo: $(STAMP)
 ## test: the whole test suite (needs promtool, prometheus and tmux: installed when missing)
 test: $(STAMP) $(CHECKOV_STAMP) system-deps
 	$(BIN)/pytest
+
+## test-fast: the unit tier (no external program, cluster or full-scale node) on every core:
+## under a minute on two
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -n auto -m "not slow and not prometheus and not e2e"
 
 ## lint: ruff, formatting, mypy --strict and the import layering contracts
 lint: $(STAMP)

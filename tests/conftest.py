@@ -33,6 +33,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Tiers. `make test-fast` runs the unit tier: every test not marked slow, prometheus or e2e.
+# Slow: the folders that check artefacts with external programs (checkov, hadolint, promtool,
+# a Prometheus server, a cluster), and the tests marked slow where they stand (a node at
+# full scale, the podres command run as a process).
+_SLOW_FOLDERS = frozenset({"deploy", "image", "monitoring", "rules", "e2e"})
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = item.path.resolve().relative_to(_TESTS).parts[0]
+        if folder in _SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_structlog() -> Iterator[None]:
     """Undo any structlog configuration a test made (a CLI run in-process sets a level)."""

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "src" / "podres_exporter" / "_generated"
 
 
-def _load_genproto():  # type: ignore[no-untyped-def]
+def _load_genproto():
     spec = importlib.util.spec_from_file_location("genproto", ROOT / "tools" / "genproto.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

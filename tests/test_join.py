@@ -57,7 +57,7 @@ def gpus(*readings: GpuReading) -> GpuInventory:
     return GpuInventory(available=True, driver_version="550.54", gpus=readings)
 
 
-def run(r: KubeletReading, t: Telemetry, **kw: object):  # type: ignore[no-untyped-def]
+def run(r: KubeletReading, t: Telemetry, **kw: object):
     return join(account(r, TOPO), r, TOPO, t, now=100.0, **kw)  # type: ignore[arg-type]
 
 

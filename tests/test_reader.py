@@ -52,7 +52,7 @@ def test_failing_source_keeps_last_value_with_its_error() -> None:
         a = answers.pop(0)
         if isinstance(a, Exception):
             raise a
-        return a  # type: ignore[no-any-return]
+        return a
 
     runner = SourceRunner({"cpu": flaky}, timeout_s=1)
     runner.start()

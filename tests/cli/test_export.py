@@ -210,6 +210,7 @@ def test_get_allocatable_disabled_is_visible(
     assert sample(s, "podres_cpu_shared_pool_basis", basis="online") == 1
 
 
+@pytest.mark.slow  # 20,000 pods
 def test_big_response_through_the_exporter(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
     """A kubelet answer above 4 MiB is read and served."""
     from podres_exporter.sim import Scenario

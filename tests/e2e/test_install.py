@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,14 @@ def metrics(url: str) -> Samples:
 def one(samples: Samples, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` that carry ``labels`` (0 when there are none)."""
     return sum(select(samples, name, **labels).values())
+
+
+def read_again(samples: Samples, *, lists_before: float) -> bool:
+    """The exporter is up and has listed the kubelet since ``lists_before`` successful Lists."""
+    return (
+        one(samples, "podres_kubelet_requests_total", method="List", code="OK") > lists_before
+        and one(samples, "podres_kubelet_up") == 1
+    )
 
 
 def exporter_once(ready: Callable[[Samples], bool]) -> Callable[[], Samples | None]:
@@ -232,7 +241,7 @@ def test_daemonsets_ready_with_no_capabilities_and_read_only_root(installed: Clu
     for component in ("exporter", "device-plugin"):
         wait_for(
             f"the {component} to be Ready",
-            lambda c=component: pods_ready(cluster, NAMESPACE, f"app.kubernetes.io/component={c}"),
+            partial(pods_ready, cluster, NAMESPACE, f"app.kubernetes.io/component={component}"),
             timeout=180,
             interval=1,
         )
@@ -286,9 +295,13 @@ def test_exporter_accounting_equals_the_kubelet(workloads: Cluster) -> None:
     assert one(samples, "podres_node_cpus", pool="shared_free") == len(free_cpus - taken)
     assert one(samples, "podres_node_cpus", pool="reserved") == len(set(online) - free_cpus)
     assert set(exclusive) == {(WORKLOADS, "guaranteed", "main")}  # the only exclusive holder
-    for (ns, pod, ctr), cpus in exclusive.items():
+    for (ns, pod_name, ctr_name), cpus in exclusive.items():
         assert one(
-            samples, "podres_container_exclusive_cpus", namespace=ns, pod=pod, container=ctr
+            samples,
+            "podres_container_exclusive_cpus",
+            namespace=ns,
+            pod=pod_name,
+            container=ctr_name,
         ) == len(cpus)
         for cpu in cpus:
             assert (
@@ -298,8 +311,8 @@ def test_exporter_accounting_equals_the_kubelet(workloads: Cluster) -> None:
                     cpu=str(cpu),
                     pool="exclusive",
                     namespace=ns,
-                    pod=pod,
-                    container=ctr,
+                    pod=pod_name,
+                    container=ctr_name,
                 )
                 == 1
             )
@@ -468,12 +481,7 @@ def test_three_kubelet_restarts(workloads: Cluster) -> None:
             )
             wait_for(
                 "the exporter to read the restarted kubelet",
-                exporter_once(
-                    lambda m, b=ok_before: (
-                        one(m, "podres_kubelet_requests_total", method="List", code="OK") > b
-                        and one(m, "podres_kubelet_up") == 1
-                    )
-                ),
+                exporter_once(partial(read_again, lists_before=ok_before)),
                 timeout=60,
                 interval=0.5,
             )
