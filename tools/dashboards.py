@@ -40,6 +40,8 @@ from grafana import (
     value_text,
 )
 
+from podres_exporter.telemetry import CLOCK_EVENT_REASONS
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "dashboards"
 TAG = "podres"
@@ -57,8 +59,10 @@ JOBS = "podres-exporter|podres-device-plugin|podres-system/podres-exporter"
 NODE = 'node=~"$node"'
 CLUSTER = 'cluster=~"$cluster"'
 HOLDER = ('namespace=~"$namespace"', 'pod=~"$pod"')
-# Clock-event reasons that slow a busy GPU down (the others: idle, or clocks set on purpose).
-THROTTLE_REASONS = "sw_power_cap|hw_slowdown|sw_thermal|hw_thermal|hw_power_brake|sync_boost"
+# Clock-event reasons that slow a busy GPU down: every reason the exporter knows but idle and
+# clocks set on purpose.
+NOT_THROTTLING = frozenset({"gpu_idle", "applications_clocks_setting", "display_clocks_setting"})
+THROTTLE_REASONS = "|".join(r for r in CLOCK_EVENT_REASONS if r not in NOT_THROTTLING)
 
 
 def eq(label: str, value: str) -> str:
