@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.build import BuildCollector
+from podres_exporter.collectors import build
 from tests.collectors.support import exposition, node_view
 
 EXPECTED = """\
@@ -14,4 +14,4 @@ podres_build_info{version="1.2.3"} 1.0
 
 def test_build_collector_exact_text() -> None:
     """The version of the render context, as one info series, whatever the view holds."""
-    assert exposition(BuildCollector(), node_view(), version="1.2.3") == EXPECTED
+    assert exposition(build.COLLECTOR, node_view(), version="1.2.3") == EXPECTED

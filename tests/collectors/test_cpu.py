@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
-from podres_exporter.collectors.cpu import CpuCollector
+from podres_exporter.collectors import cpu
 from podres_exporter.model import (
     Allocatable,
     ApiVersion,
     ContainerAlloc,
     KubeletReading,
-    NodeTopology,
     PodAlloc,
-    Snapshot,
     Support,
 )
-from podres_exporter.view import NodeView
 from tests.collectors.support import READING, exposition, node_view
 
-
-def view() -> NodeView:
-    topo = NodeTopology(frozenset(range(4)), MappingProxyType({0: 0, 1: 0, 2: 1, 3: 1}))
-    reading = KubeletReading(
-        ApiVersion.V1,
-        (PodAlloc("ml", "train", (ContainerAlloc("main", cpu_ids=frozenset({1})),)),),
-        Allocatable(cpu_ids=frozenset({1, 2, 3})),
-        Support.SERVED,
-        taken_at=1.0,
-    )
-    return NodeView.of(Snapshot(1, 1.0, topo, reading, True))
+# TRAIN's one exclusive CPU of three allocatable on the support's node (CPUs 0-3).
+SMALL = KubeletReading(
+    ApiVersion.V1,
+    (PodAlloc("ml", "train", (ContainerAlloc("main", cpu_ids=frozenset({1})),)),),
+    Allocatable(cpu_ids=frozenset({1, 2, 3})),
+    Support.SERVED,
+    taken_at=1.0,
+)
 
 
 EXPECTED_CPU = """\
@@ -60,10 +52,10 @@ podres_cpu_assignment_info{container="",cpu="3",namespace="",numa_node="1",pod="
 
 def test_cpu_collector_exact_text() -> None:
     """The CPU collector renders exactly the expected exposition for a small node."""
-    assert exposition(CpuCollector(), view()) == EXPECTED_CPU
+    assert exposition(cpu.COLLECTOR, node_view(SMALL)) == EXPECTED_CPU
 
 
 def test_cpu_collector_says_nothing_without_cpu_data() -> None:
     """v1alpha1 carries no CPUs: no CPU family at all, rather than zeros."""
     v1alpha1 = KubeletReading(ApiVersion.V1ALPHA1, READING.pods, None, Support.UNIMPLEMENTED, 1.0)
-    assert exposition(CpuCollector(), node_view(v1alpha1)) == ""
+    assert exposition(cpu.COLLECTOR, node_view(v1alpha1)) == ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.cpu_usage import CpuUsageCollector
+from podres_exporter.collectors import cpu_usage
 from podres_exporter.join import Joined
 from tests.collectors.support import CPU_BUSY, SHARED_POOL_BUSY_RATIO, exposition, node_view
 
@@ -20,4 +20,4 @@ podres_shared_pool_busy_ratio{numa_node="1"} 0.25
 def test_cpu_usage_collector_exact_text() -> None:
     """The held CPU with its holder; the shared pool's ratio per NUMA node, sorted."""
     joined = Joined(cpu_busy=CPU_BUSY, shared_pool_busy_ratio=SHARED_POOL_BUSY_RATIO)
-    assert exposition(CpuUsageCollector(), node_view(joined=joined)) == EXPECTED
+    assert exposition(cpu_usage.COLLECTOR, node_view(joined=joined)) == EXPECTED

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.devices import DevicesCollector
+from podres_exporter.collectors import devices
 from tests.collectors.support import READING, exposition, node_view
 
 EXPECTED = """\
@@ -30,4 +30,4 @@ podres_container_device_info{container="app",device_id="GPU-c3",namespace="web",
 
 def test_devices_collector_exact_text() -> None:
     """A held, a free and a held-but-unhealthy GPU: every state of each node, then each id."""
-    assert exposition(DevicesCollector(), node_view(READING)) == EXPECTED
+    assert exposition(devices.COLLECTOR, node_view(READING)) == EXPECTED

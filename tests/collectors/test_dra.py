@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.dra import DraCollector
+from podres_exporter.collectors import dra
 from tests.collectors.support import READING, exposition, node_view
 
 EXPECTED = """\
@@ -16,4 +16,4 @@ podres_container_dynamic_resource_info{claim_name="pending-claim",claim_namespac
 
 def test_dra_collector_exact_text() -> None:
     """A claim of two devices, and a claim with none yet: one series, device labels empty."""
-    assert exposition(DraCollector(), node_view(READING)) == EXPECTED
+    assert exposition(dra.COLLECTOR, node_view(READING)) == EXPECTED

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.drm import DrmCollector
+from podres_exporter.collectors import drm
 from podres_exporter.join import Joined
 from tests.collectors.support import DRM_ROWS, exposition, node_view
 
@@ -33,4 +33,4 @@ podres_drm_energy_joules_total{address="0000:00:02.0",card="card0",container="",
 
 def test_drm_collector_exact_text() -> None:
     """A free Intel card (frequency, energy) and a held AMD card (busy, VRAM, power, heat)."""
-    assert exposition(DrmCollector(), node_view(joined=Joined(drm=DRM_ROWS))) == EXPECTED
+    assert exposition(drm.COLLECTOR, node_view(joined=Joined(drm=DRM_ROWS))) == EXPECTED

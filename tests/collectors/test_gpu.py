@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.metrics_core import Metric
 
+from podres_exporter.collectors import gpu
 from podres_exporter.collectors.base import RenderContext
-from podres_exporter.collectors.gpu import GpuCollector
 from podres_exporter.join import Joined
 from podres_exporter.telemetry import CLOCK_EVENT_REASONS, Telemetry
 from podres_exporter.view import NodeView
@@ -151,16 +151,16 @@ def test_gpu_collector_exact_text() -> None:
     Shared devices and free ones carry empty holder labels; a field NVML did not give
     has no sample; reasons only for devices that report them.
     """
-    assert exposition(GpuCollector(), gpu_view()) == EXPECTED
+    assert exposition(gpu.COLLECTOR, gpu_view()) == EXPECTED
 
 
 def test_clock_event_reasons_follow_the_model() -> None:
     """The reason label takes every short name of the model, in its order, per GPU."""
-    families: list[Metric] = list(GpuCollector().collect(RenderContext(gpu_view(), "1.2.3")))
+    families: list[Metric] = list(gpu.COLLECTOR.collect(RenderContext(gpu_view(), "1.2.3")))
     (reasons,) = [f for f in families if f.name == "podres_gpu_clock_event_reason"]
     per_gpu = [s.labels["reason"] for s in reasons.samples if s.labels["uuid"] == "GPU-b2"]
     assert per_gpu == list(CLOCK_EVENT_REASONS)
 
 
 def test_gpu_collector_says_nothing_before_the_gpu_source_read() -> None:
-    assert exposition(GpuCollector(), gpu_view(gpus=False)) == ""
+    assert exposition(gpu.COLLECTOR, gpu_view(gpus=False)) == ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.infiniband import InfinibandCollector
+from podres_exporter.collectors import infiniband
 from podres_exporter.join import Joined
 from tests.collectors.support import IB_ROWS, exposition, node_view
 
@@ -31,4 +31,4 @@ podres_infiniband_port_counter_total{container="main",counter="symbol_error",dev
 def test_infiniband_collector_exact_text() -> None:
     """Data counters (4-byte words) in bytes; the other counters by name, the data ones not again."""
     view = node_view(joined=Joined(infiniband=IB_ROWS))
-    assert exposition(InfinibandCollector(), view) == EXPECTED
+    assert exposition(infiniband.COLLECTOR, view) == EXPECTED

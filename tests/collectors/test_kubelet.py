@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.kubelet import KubeletCollector
+from podres_exporter.collectors import kubelet
 from tests.collectors.support import READING, STATS, exposition, node_view
 
 EXPECTED = """\
@@ -68,10 +68,10 @@ podres_kubelet_suspect_empty_readings_total 0.0
 def test_kubelet_collector_exact_text() -> None:
     """Requests sorted by method and code, a histogram per method, anomalies in their order."""
     view = node_view(READING, stats=STATS, suspect_empty_readings=2)
-    assert exposition(KubeletCollector(), view) == EXPECTED
+    assert exposition(kubelet.COLLECTOR, view) == EXPECTED
 
 
 def test_kubelet_collector_before_any_reading() -> None:
     """Without a reading: the connection state and the (empty) counters only."""
     view = node_view(kubelet_up=False)
-    assert exposition(KubeletCollector(), view) == EXPECTED_BEFORE_ANY_READING
+    assert exposition(kubelet.COLLECTOR, view) == EXPECTED_BEFORE_ANY_READING

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.memory import MemoryCollector
+from podres_exporter.collectors import memory
 from tests.collectors.support import READING, exposition, node_view
 
 EXPECTED = """\
@@ -25,4 +25,4 @@ podres_container_memory_bytes{container="main",memory_type="memory",namespace="m
 
 def test_memory_collector_exact_text() -> None:
     """1 GiB pinned on node 0 of 4 GiB; node 1 untouched, its hugepages included."""
-    assert exposition(MemoryCollector(), node_view(READING)) == EXPECTED
+    assert exposition(memory.COLLECTOR, node_view(READING)) == EXPECTED

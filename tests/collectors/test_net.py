@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.net import NetCollector
+from podres_exporter.collectors import net
 from podres_exporter.join import Joined
 from tests.collectors.support import NET_ROWS, exposition, node_view
 
@@ -47,4 +47,4 @@ podres_net_transmit_drops_total{address="0000:3b:00.0",container="main",interfac
 
 def test_net_collector_exact_text() -> None:
     """An interface up at 200 Gbit/s, in bytes per second; one down with a single counter read."""
-    assert exposition(NetCollector(), node_view(joined=Joined(net=NET_ROWS))) == EXPECTED
+    assert exposition(net.COLLECTOR, node_view(joined=Joined(net=NET_ROWS))) == EXPECTED

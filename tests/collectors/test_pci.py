@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.pci import PciCollector
+from podres_exporter.collectors import pci
 from podres_exporter.join import Joined
 from tests.collectors.support import PCI_ROWS, exposition, node_view
 
@@ -39,8 +39,8 @@ def test_pci_collector_exact_text() -> None:
 
     AER errors by severity then name, the kernel's TOTAL_* sums left out.
     """
-    assert exposition(PciCollector(), node_view(joined=Joined(pci=PCI_ROWS))) == EXPECTED
+    assert exposition(pci.COLLECTOR, node_view(joined=Joined(pci=PCI_ROWS))) == EXPECTED
 
 
 def test_pci_collector_says_nothing_before_the_join() -> None:
-    assert exposition(PciCollector(), node_view()) == ""
+    assert exposition(pci.COLLECTOR, node_view()) == ""

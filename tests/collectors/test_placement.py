@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.placement import PlacementCollector
+from podres_exporter.collectors import placement
 from podres_exporter.join import Joined
 from tests.collectors.support import IDLE, NUMA_ALIGNED, RESOLUTIONS, exposition, node_view
 
@@ -32,4 +32,4 @@ podres_device_ids_unmatched{resource="nvidia.com/gpu"} 1.0
 def test_placement_collector_exact_text() -> None:
     """Idle time counted to the snapshot (never below 0); unmatched ids per resource, 0 kept."""
     joined = Joined(numa_aligned=NUMA_ALIGNED, idle=IDLE, resolutions=RESOLUTIONS)
-    assert exposition(PlacementCollector(), node_view(joined=joined)) == EXPECTED
+    assert exposition(placement.COLLECTOR, node_view(joined=joined)) == EXPECTED

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors import ALL, collect_all, select
+from podres_exporter.collectors import ALL, collect_all, cpu, select
 from podres_exporter.collectors.base import RenderContext
-from podres_exporter.collectors.cpu import CpuCollector
 from tests.collectors.support import READING, node_view, rich_view
 
 
@@ -55,7 +54,7 @@ def test_the_registry_names_order_and_defaults() -> None:
 
 def test_a_failing_collector_does_not_stop_the_others() -> None:
     """A collector that raises reports success 0; the others' families still come out."""
-    fams = collect_all([Broken(), CpuCollector()], RenderContext(node_view(READING), "x"))
+    fams = collect_all([Broken(), cpu.COLLECTOR], RenderContext(node_view(READING), "x"))
     names = {f.name for f in fams}
     assert "podres_node_cpus" in names
     success = {

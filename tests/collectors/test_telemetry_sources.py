@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podres_exporter.collectors.telemetry_sources import SourcesCollector
+from podres_exporter.collectors import telemetry_sources
 from podres_exporter.telemetry import Telemetry
 from tests.collectors.support import SOURCES, exposition, node_view
 
@@ -32,8 +32,8 @@ podres_source_last_success_timestamp_seconds{source="sysfs"} 1.69999999e+09
 def test_sources_collector_exact_text() -> None:
     """Sources sorted by name; a source that never succeeded has no last-success sample."""
     view = node_view(telemetry=Telemetry(sources=SOURCES))
-    assert exposition(SourcesCollector(), view) == EXPECTED
+    assert exposition(telemetry_sources.COLLECTOR, view) == EXPECTED
 
 
 def test_sources_collector_says_nothing_before_any_telemetry() -> None:
-    assert exposition(SourcesCollector(), node_view()) == ""
+    assert exposition(telemetry_sources.COLLECTOR, node_view()) == ""

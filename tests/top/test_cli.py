@@ -24,6 +24,7 @@ from podres_exporter.cli.export import Exporter
 from podres_exporter.sim import Scenario, SimKubelet, load_builtin
 from podres_exporter.top import add_top_parser, run_top
 from tests.conftest import Samples, http_get, scrape, select, wait_until
+from tests.top.support import assert_header_matches
 
 MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]
@@ -102,12 +103,7 @@ def test_top_shows_the_numbers_metrics_shows(
     ours = scrape(exp.url)
     (node,) = doc["nodes"]
     assert node["node"] == exp.url.removeprefix("http://")
-    for c in node["cpus"]:
-        key = frozenset({("numa_node", c["numa_node"]), ("pool", "shared_free")})
-        assert c["shared_free"] == select(ours, "podres_node_cpus")[key]
-    for d in node["device_counts"]:
-        free = select(ours, "podres_node_devices", resource=d["resource"], state="unallocated")
-        assert d["unallocated"] == sum(free.values())
+    assert_header_matches(node, ours)
     gpus = next(d for d in node["device_counts"] if d["resource"] == "nvidia.com/mig-1g.10gb")
     assert gpus["unallocated"] == 2
     assert {(c["namespace"], c["pod"], c["container"]) for c in node["containers"]} == (

@@ -12,6 +12,7 @@ from podres_exporter.cli.export import Exporter
 from podres_exporter.sim import SimKubelet
 from podres_exporter.top import add_top_parser, run_top
 from tests.conftest import Prometheus, http_get, scrape, select, wait_until
+from tests.top.support import assert_header_matches
 
 pytestmark = pytest.mark.prometheus
 
@@ -49,12 +50,7 @@ def test_prometheus_shows_every_node_with_the_numbers_each_exporter_serves(
     assert set(nodes) == set(instances)
     for exp, instance in zip(exporters, instances, strict=True):
         ours, node = scrape(exp.url), nodes[instance]
-        for c in node["cpus"]:
-            key = frozenset({("numa_node", c["numa_node"]), ("pool", "shared_free")})
-            assert c["shared_free"] == select(ours, "podres_node_cpus")[key]
-        for d in node["device_counts"]:
-            free = select(ours, "podres_node_devices", resource=d["resource"], state="unallocated")
-            assert d["unallocated"] == sum(free.values())
+        assert_header_matches(node, ours)
         held = {
             (dict(k)["pod"], dict(k)["container"])
             for k in select(ours, "podres_container_exclusive_cpus")

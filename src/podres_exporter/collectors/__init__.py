@@ -15,39 +15,41 @@ import structlog
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from podres_exporter.collectors import (
+    build,
+    cpu,
+    cpu_usage,
+    devices,
+    dra,
+    drm,
+    gpu,
+    infiniband,
+    kubelet,
+    memory,
+    net,
+    pci,
+    placement,
+    telemetry_sources,
+)
 from podres_exporter.collectors.base import Collector, RenderContext
-from podres_exporter.collectors.build import BuildCollector
-from podres_exporter.collectors.cpu import CpuCollector
-from podres_exporter.collectors.cpu_usage import CpuUsageCollector
-from podres_exporter.collectors.devices import DevicesCollector
-from podres_exporter.collectors.dra import DraCollector
-from podres_exporter.collectors.drm import DrmCollector
-from podres_exporter.collectors.gpu import GpuCollector
-from podres_exporter.collectors.infiniband import InfinibandCollector
-from podres_exporter.collectors.kubelet import KubeletCollector
-from podres_exporter.collectors.memory import MemoryCollector
-from podres_exporter.collectors.net import NetCollector
-from podres_exporter.collectors.pci import PciCollector
-from podres_exporter.collectors.placement import PlacementCollector
-from podres_exporter.collectors.telemetry_sources import SourcesCollector
 
 log = structlog.get_logger(__name__)
 
 ALL: tuple[Collector, ...] = (
-    BuildCollector(),
-    KubeletCollector(),
-    CpuCollector(),
-    DevicesCollector(),
-    MemoryCollector(),
-    DraCollector(),
-    SourcesCollector(),
-    GpuCollector(),
-    PciCollector(),
-    NetCollector(),
-    InfinibandCollector(),
-    DrmCollector(),
-    CpuUsageCollector(),
-    PlacementCollector(),
+    build.COLLECTOR,
+    kubelet.COLLECTOR,
+    cpu.COLLECTOR,
+    devices.COLLECTOR,
+    memory.COLLECTOR,
+    dra.COLLECTOR,
+    telemetry_sources.COLLECTOR,
+    gpu.COLLECTOR,
+    pci.COLLECTOR,
+    net.COLLECTOR,
+    infiniband.COLLECTOR,
+    drm.COLLECTOR,
+    cpu_usage.COLLECTOR,
+    placement.COLLECTOR,
 )
 BY_NAME: Mapping[str, Collector] = {c.name: c for c in ALL}
 

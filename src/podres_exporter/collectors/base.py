@@ -5,13 +5,17 @@ It translates; it never fetches. All I/O happened before the NodeView existed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
+from podres_exporter.accounting import Accounting
+from podres_exporter.join import Joined
 from podres_exporter.view import NodeView
+
+_P = TypeVar("_P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +36,37 @@ class Collector(Protocol):
     def collect(self, ctx: RenderContext) -> Iterable[Metric]:
         """The families for ``ctx``; may raise, the registry guards each call."""
         ...
+
+
+@dataclass(slots=True)
+class PartCollector(Generic[_P]):
+    """A collector of one part of what it may read: no families while that part is missing.
+
+    ``part`` picks the part from the context (:func:`accounting`, :func:`joined`: None
+    before the first reading), ``render`` turns it into families.
+    """
+
+    name: str
+    description: str
+    part: Callable[[RenderContext], _P | None]
+    render: Callable[[_P], Iterable[Metric]]
+    default_enabled: bool = True
+
+    def collect(self, ctx: RenderContext) -> Iterable[Metric]:
+        part = self.part(ctx)
+        return () if part is None else self.render(part)
+
+
+def view(ctx: RenderContext) -> NodeView:
+    """The whole view, for a collector that reads several parts of it."""
+    return ctx.view
+
+
+def accounting(ctx: RenderContext) -> Accounting | None:
+    """The view's allocation accounting; None before the first kubelet reading."""
+    return ctx.view.accounting
+
+
+def joined(ctx: RenderContext) -> Joined | None:
+    """The view's telemetry matched to holders; None before the first telemetry read."""
+    return ctx.view.joined

@@ -1,23 +1,17 @@
-"""The exporter's own build."""
+"""The exporter's own build: ``podres_build_info``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.base import PartCollector
 from podres_exporter.collectors.families import info
 
-
-class BuildCollector:
-    """``podres_build_info``."""
-
-    name = "build"
-    default_enabled = True
-    description = "the exporter's own version"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        yield info(
-            "podres_build", "The exporter's version.", ["version"], [ctx.version], lambda v: [v]
-        )
+COLLECTOR: Final = PartCollector(
+    "build",
+    "the exporter's own version",
+    lambda ctx: ctx.version,
+    lambda version: [
+        info("podres_build", "The exporter's version.", ["version"], [version], lambda v: [v])
+    ],
+)

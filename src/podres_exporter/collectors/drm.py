@@ -6,13 +6,10 @@ labelled with its holder when exactly one container holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from podres_exporter.collectors.base import RenderContext
-from podres_exporter.collectors.families import HOLDER_LABELS, PerRow, Table, holder_values
+from podres_exporter.collectors.base import PartCollector, joined
+from podres_exporter.collectors.families import HOLDER_LABELS, Table, holder_values, per_row
 from podres_exporter.join import DrmRow
 
 
@@ -25,31 +22,31 @@ _CARDS: Final[Table[DrmRow]] = Table(
     ("card", "address", "driver", *HOLDER_LABELS),
     _labels,
     (
-        PerRow(
+        per_row(
             "podres_drm_busy_ratio",
             "Share of time the GPU was busy (amdgpu, 0-1).",
             lambda r: r.card.busy_ratio,
         ),
-        PerRow(
+        per_row(
             "podres_drm_vram_used_bytes", "VRAM in use (amdgpu).", lambda r: r.card.vram_used_bytes
         ),
-        PerRow(
+        per_row(
             "podres_drm_vram_total_bytes",
             "VRAM in all (amdgpu).",
             lambda r: r.card.vram_total_bytes,
         ),
-        PerRow(
+        per_row(
             "podres_drm_frequency_hertz",
             "Actual GPU frequency (Intel).",
             lambda r: r.card.frequency_hz,
         ),
-        PerRow("podres_drm_power_watts", "GPU power (hwmon).", lambda r: r.card.power_watts),
-        PerRow(
+        per_row("podres_drm_power_watts", "GPU power (hwmon).", lambda r: r.card.power_watts),
+        per_row(
             "podres_drm_temperature_celsius",
             "GPU temperature (hwmon).",
             lambda r: r.card.temperature_celsius,
         ),
-        PerRow(
+        per_row(
             "podres_drm_energy_joules",
             "GPU energy (hwmon).",
             lambda r: r.card.energy_joules_total,
@@ -59,15 +56,9 @@ _CARDS: Final[Table[DrmRow]] = Table(
 )
 
 
-class DrmCollector:
-    """``podres_drm_*``."""
-
-    name = "drm"
-    default_enabled = True
-    description = "AMD (amdgpu) and Intel GPU telemetry from DRM cards"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        joined = ctx.view.joined
-        if joined is None:
-            return
-        yield from _CARDS.render(joined.drm)
+COLLECTOR: Final = PartCollector(
+    "drm",
+    "AMD (amdgpu) and Intel GPU telemetry from DRM cards",
+    joined,
+    lambda j: _CARDS.render(j.drm),
+)

@@ -2,8 +2,9 @@
 
 A :class:`Table` describes the families a collector renders from one kind of row:
 the labels every family shares, how a row gives their values, and per family its
-name, help and value (:class:`PerRow`), or its extra labels and samples
-(:class:`Breakdown`). Rendering a table yields its families in table order.
+name, help and value (:func:`per_row`), its extra labels and samples
+(:class:`Breakdown`), or its own identity labels (:class:`Info`). Rendering a table
+yields its families in table order.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def family(  # noqa: PLR0917 - a declarative table reads best positionally
     return fam
 
 
+def labelled(
+    name: str,
+    documentation: str,
+    labels: Sequence[str],
+    samples: Iterable[tuple[Sequence[str], Value]],
+    *,
+    counter: bool = False,
+) -> Metric:
+    """One gauge (or counter) family from (label values, value) pairs, in their order."""
+    return family(
+        name, documentation, labels, samples, lambda s: s[0], lambda s: s[1], counter=counter
+    )
+
+
 def info(
     name: str,
     documentation: str,
@@ -70,29 +85,6 @@ def info(
     for row in rows:
         fam.add_metric(list(label_values(row)), {})
     return fam
-
-
-@dataclass(frozen=True, slots=True)
-class PerRow(Generic[_R]):
-    """A family with a sample per row: ``value`` of the row, None for no sample."""
-
-    name: str
-    documentation: str
-    value: Callable[[_R], Value]
-    counter: bool = False
-
-    def render(
-        self, labels: Sequence[str], label_values: Callable[[_R], Sequence[str]], rows: Sequence[_R]
-    ) -> Metric:
-        return family(
-            self.name,
-            self.documentation,
-            labels,
-            rows,
-            label_values,
-            self.value,
-            counter=self.counter,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,13 +114,40 @@ class Breakdown(Generic[_R]):
         )
 
 
+def per_row(
+    name: str, documentation: str, value: Callable[[_R], Value], *, counter: bool = False
+) -> Breakdown[_R]:
+    """A family with a sample per row: ``value`` of the row, None for no sample.
+
+    It is a :class:`Breakdown` with no labels of its own.
+    """
+    return Breakdown(
+        name, documentation, (), lambda rows: ((r, (), value(r)) for r in rows), counter=counter
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Info(Generic[_R]):
+    """An info family with a series per row, labelled by its own ``labels``, not the table's."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    label_values: Callable[[_R], Sequence[str]]
+
+    def render(
+        self, labels: Sequence[str], label_values: Callable[[_R], Sequence[str]], rows: Sequence[_R]
+    ) -> Metric:
+        return info(self.name, self.documentation, self.labels, rows, self.label_values)
+
+
 @dataclass(frozen=True, slots=True)
 class Table(Generic[_R]):
     """Families over one kind of row, sharing ``labels`` (their values by ``label_values``)."""
 
     labels: tuple[str, ...]
     label_values: Callable[[_R], Sequence[str]]
-    families: tuple[PerRow[_R] | Breakdown[_R], ...]
+    families: tuple[Breakdown[_R] | Info[_R], ...]
 
     def render(self, rows: Sequence[_R]) -> Iterator[Metric]:
         """Each family of the table over ``rows``, in table order."""

@@ -1,4 +1,7 @@
-"""NVIDIA GPUs and MIG instances through NVML, labelled with their holder."""
+"""NVIDIA GPUs and MIG instances through NVML, labelled with their holder.
+
+``podres_gpu_*``: per GPU and MIG instance; shared GPUs once, with no holder.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +11,19 @@ from typing import Final
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.base import PartCollector, view
 from podres_exporter.collectors.families import (
     HOLDER_LABELS,
     Breakdown,
-    PerRow,
     Table,
     holder_values,
     info,
     numa_value,
+    per_row,
 )
 from podres_exporter.join import GpuHolderUsage, GpuRow
 from podres_exporter.telemetry import CLOCK_EVENT_REASONS
+from podres_exporter.view import NodeView
 
 LABELS = ("uuid", *HOLDER_LABELS)
 _INFO_LABELS = (
@@ -90,13 +94,13 @@ _DEVICES: Final[Table[GpuRow]] = Table(
     ("uuid",),
     lambda r: [r.gpu.uuid],
     (
-        PerRow(
+        per_row(
             "podres_gpu_healthy",
             "1 when the device answered NVML in the latest read, "
             "0 when it failed (lost, timed out).",
             lambda r: r.gpu.healthy,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_shared",
             "1 when several containers hold the device (time-slicing or MPS replicas): its "
             "series then carry no holder and podres_container_device_info lists the holders.",
@@ -109,56 +113,56 @@ _GPUS: Final[Table[GpuRow]] = Table(
     LABELS,
     _labels,
     (
-        PerRow(
+        per_row(
             "podres_gpu_utilization_ratio",
             "Share of time a kernel ran on the GPU (0-1).",
             lambda r: r.gpu.utilization_gpu_ratio,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_memory_utilization_ratio",
             "Share of time device memory was read or written (0-1).",
             lambda r: r.gpu.utilization_memory_ratio,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_memory_used_bytes",
             "Device memory in use.",
             lambda r: r.gpu.memory_used_bytes,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_memory_total_bytes",
             "Device memory in all.",
             lambda r: r.gpu.memory_total_bytes,
         ),
-        PerRow("podres_gpu_power_watts", "Power draw.", lambda r: r.gpu.power_watts),
-        PerRow("podres_gpu_power_limit_watts", "Power limit.", lambda r: r.gpu.power_limit_watts),
-        PerRow(
+        per_row("podres_gpu_power_watts", "Power draw.", lambda r: r.gpu.power_watts),
+        per_row("podres_gpu_power_limit_watts", "Power limit.", lambda r: r.gpu.power_limit_watts),
+        per_row(
             "podres_gpu_temperature_celsius",
             "GPU temperature.",
             lambda r: r.gpu.temperature_celsius,
         ),
-        PerRow("podres_gpu_sm_clock_hertz", "SM clock.", lambda r: r.gpu.sm_clock_hz),
-        PerRow("podres_gpu_memory_clock_hertz", "Memory clock.", lambda r: r.gpu.memory_clock_hz),
-        PerRow(
+        per_row("podres_gpu_sm_clock_hertz", "SM clock.", lambda r: r.gpu.sm_clock_hz),
+        per_row("podres_gpu_memory_clock_hertz", "Memory clock.", lambda r: r.gpu.memory_clock_hz),
+        per_row(
             "podres_gpu_pcie_transmit_bytes_per_second",
             "PCIe throughput from the GPU.",
             lambda r: r.gpu.pcie_tx_bytes_per_second,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_pcie_receive_bytes_per_second",
             "PCIe throughput to the GPU.",
             lambda r: r.gpu.pcie_rx_bytes_per_second,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_remapping_pending",
             "1 when a row remapping waits for a GPU reset.",
             lambda r: r.gpu.remapped_rows_pending,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_remapping_failed",
             "1 when a row remapping failed.",
             lambda r: r.gpu.remapped_rows_failure,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_energy_joules",
             "Energy used since the driver loaded.",
             lambda r: r.gpu.energy_joules_total,
@@ -204,18 +208,18 @@ _HOLDER_USAGE: Final[Table[GpuHolderUsage]] = Table(
     LABELS,
     lambda u: [u.uuid, *holder_values(u.holder)],
     (
-        PerRow(
+        per_row(
             "podres_gpu_holder_processes",
             "Processes on the GPU per holder; the series with empty holder labels counts "
             "processes that belong to no container holding the GPU.",
             lambda u: u.processes,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_holder_sm_utilization_ratio",
             "Per-holder share of SM time from the driver's per-process samples (0-1).",
             lambda u: u.sm_ratio,
         ),
-        PerRow(
+        per_row(
             "podres_gpu_holder_memory_used_bytes",
             "Per-holder device memory of its processes.",
             lambda u: u.used_memory_bytes,
@@ -224,31 +228,32 @@ _HOLDER_USAGE: Final[Table[GpuHolderUsage]] = Table(
 )
 
 
-class GpuCollector:
-    """``podres_gpu_*``: per GPU and MIG instance; shared GPUs once, with no holder."""
+def _families(v: NodeView) -> Iterator[Metric]:
+    joined = v.joined
+    telemetry = v.snapshot.telemetry
+    if joined is None or telemetry is None or telemetry.gpus is None:
+        return
+    inv = telemetry.gpus
+    yield GaugeMetricFamily(
+        "podres_nvml_available",
+        "1 when NVML (the NVIDIA driver) answered, 0 when there is none: no GPU data then.",
+        value=1 if inv.available else 0,
+    )
+    yield info(
+        "podres_gpu",
+        "One series per GPU and MIG instance: identity and placement.",
+        _INFO_LABELS,
+        joined.gpus,
+        lambda r: _identity(r, inv.driver_version),
+    )
+    yield from _DEVICES.render(joined.gpus)
+    yield from _GPUS.render(joined.gpus)
+    yield from _HOLDER_USAGE.render(joined.gpu_usage)
 
-    name = "gpu"
-    default_enabled = True
-    description = "NVIDIA GPU and MIG telemetry from NVML, with the holding container"
 
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        joined = ctx.view.joined
-        telemetry = ctx.view.snapshot.telemetry
-        if joined is None or telemetry is None or telemetry.gpus is None:
-            return
-        inv = telemetry.gpus
-        yield GaugeMetricFamily(
-            "podres_nvml_available",
-            "1 when NVML (the NVIDIA driver) answered, 0 when there is none: no GPU data then.",
-            value=1 if inv.available else 0,
-        )
-        yield info(
-            "podres_gpu",
-            "One series per GPU and MIG instance: identity and placement.",
-            _INFO_LABELS,
-            joined.gpus,
-            lambda r: _identity(r, inv.driver_version),
-        )
-        yield from _DEVICES.render(joined.gpus)
-        yield from _GPUS.render(joined.gpus)
-        yield from _HOLDER_USAGE.render(joined.gpu_usage)
+COLLECTOR: Final = PartCollector(
+    "gpu",
+    "NVIDIA GPU and MIG telemetry from NVML, with the holding container",
+    view,
+    _families,
+)

@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.base import PartCollector, joined
 from podres_exporter.collectors.families import (
     HOLDER_LABELS,
     Breakdown,
-    PerRow,
+    Info,
     Table,
     holder_values,
-    info,
+    per_row,
 )
 from podres_exporter.join import IbRow
 
@@ -49,18 +47,24 @@ _PORTS: Final[Table[IbRow]] = Table(
     ("device", "port", *HOLDER_LABELS),
     lambda r: [r.port.device, str(r.port.port), *holder_values(r.held.single)],
     (
-        PerRow(
+        Info(
+            "podres_infiniband_port",
+            "One series per port: PCI address, state and rate.",
+            _INFO_LABELS,
+            _identity,
+        ),
+        per_row(
             "podres_infiniband_port_active",
             "1 when the port state is ACTIVE.",
             lambda r: r.port.state == "ACTIVE",
         ),
-        PerRow(
+        per_row(
             "podres_infiniband_port_receive_bytes",
             "Data received.",
             _words("port_rcv_data"),
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_infiniband_port_transmit_bytes",
             "Data transmitted.",
             _words("port_xmit_data"),
@@ -77,22 +81,9 @@ _PORTS: Final[Table[IbRow]] = Table(
 )
 
 
-class InfinibandCollector:
-    """``podres_infiniband_*``."""
-
-    name = "infiniband"
-    default_enabled = True
-    description = "InfiniBand / RDMA port state and counters of the kubelet's HCAs"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        joined = ctx.view.joined
-        if joined is None:
-            return
-        yield info(
-            "podres_infiniband_port",
-            "One series per port: PCI address, state and rate.",
-            _INFO_LABELS,
-            joined.infiniband,
-            _identity,
-        )
-        yield from _PORTS.render(joined.infiniband)
+COLLECTOR: Final = PartCollector(
+    "infiniband",
+    "InfiniBand / RDMA port state and counters of the kubelet's HCAs",
+    joined,
+    lambda j: _PORTS.render(j.infiniband),
+)

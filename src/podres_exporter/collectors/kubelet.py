@@ -1,26 +1,20 @@
-"""The kubelet connection: up, requests, API versions, data quality."""
+"""The kubelet connection: up, requests, API versions, data quality.
+
+``podres_kubelet_*``, pod and container counts, and data anomalies.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from typing import Final
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors.base import RenderContext
-from podres_exporter.collectors.families import info
+from podres_exporter.collectors.base import PartCollector, view
+from podres_exporter.collectors.families import info, labelled
 from podres_exporter.model import RequestStats
-
-
-def _requests(stats: RequestStats) -> Metric:
-    requests = CounterMetricFamily(
-        "podres_kubelet_requests",
-        "Calls to the kubelet pod-resources API by method and gRPC status code.",
-        labels=["method", "code"],
-    )
-    for (method, code), n in sorted(stats.counts.items()):
-        requests.add_metric([method, code], n)
-    return requests
+from podres_exporter.view import NodeView
 
 
 def _durations(stats: RequestStats) -> Metric:
@@ -39,68 +33,64 @@ def _durations(stats: RequestStats) -> Metric:
     return durations
 
 
-def _suspect_empty_readings(n: int) -> Metric:
-    suspect = CounterMetricFamily(
+def _families(v: NodeView) -> Iterator[Metric]:
+    snap = v.snapshot
+    yield GaugeMetricFamily(
+        "podres_kubelet_up",
+        "1 when the latest poll of the kubelet pod-resources API succeeded, else 0.",
+        value=1 if snap.kubelet_up else 0,
+    )
+    yield labelled(
+        "podres_kubelet_requests",
+        "Calls to the kubelet pod-resources API by method and gRPC status code.",
+        ["method", "code"],
+        sorted(snap.stats.counts.items()),
+        counter=True,
+    )
+    yield _durations(snap.stats)
+    yield labelled(
         "podres_kubelet_suspect_empty_readings",
         "Readings that lost every pod or every allocatable CPU at once "
         "(a kubelet that has just restarted) and were held back until confirmed.",
+        [],
+        [((), snap.suspect_empty_readings)],
+        counter=True,
     )
-    suspect.add_metric([], n)
-    return suspect
-
-
-def _anomalies(counts: Mapping[str, int]) -> Metric:
-    anomalies = GaugeMetricFamily(
+    reading = snap.reading
+    if reading is None:
+        return
+    yield GaugeMetricFamily(
+        "podres_kubelet_last_success_timestamp_seconds",
+        "Unix time of the last successful reading of the kubelet.",
+        value=reading.taken_at,
+    )
+    yield info(
+        "podres_kubelet_api",
+        "The pod-resources API in use and which optional methods the kubelet serves.",
+        ["version", "get_allocatable"],
+        [reading],
+        lambda r: [r.api_version.value, r.allocatable_support.value],
+    )
+    acc = v.accounting
+    if acc is None:
+        return
+    yield GaugeMetricFamily("podres_pods", "Pods the kubelet lists on this node.", value=acc.pods)
+    yield GaugeMetricFamily(
+        "podres_containers",
+        "Containers (restartable sidecars included) of the pods the kubelet lists.",
+        value=acc.containers,
+    )
+    yield labelled(
         "podres_data_anomalies",
         "Odd items in the latest reading that were kept and served, by kind.",
-        labels=["kind"],
+        ["kind"],
+        [((kind,), n) for kind, n in acc.anomalies.items()],
     )
-    for kind, n in counts.items():
-        anomalies.add_metric([kind], n)
-    return anomalies
 
 
-class KubeletCollector:
-    """``podres_kubelet_*``, pod and container counts, and data anomalies."""
-
-    name = "kubelet"
-    default_enabled = True
-    description = "kubelet connection state, request counters and data anomalies"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        snap = ctx.view.snapshot
-        yield GaugeMetricFamily(
-            "podres_kubelet_up",
-            "1 when the latest poll of the kubelet pod-resources API succeeded, else 0.",
-            value=1 if snap.kubelet_up else 0,
-        )
-        yield _requests(snap.stats)
-        yield _durations(snap.stats)
-        yield _suspect_empty_readings(snap.suspect_empty_readings)
-        reading = snap.reading
-        if reading is None:
-            return
-        yield GaugeMetricFamily(
-            "podres_kubelet_last_success_timestamp_seconds",
-            "Unix time of the last successful reading of the kubelet.",
-            value=reading.taken_at,
-        )
-        yield info(
-            "podres_kubelet_api",
-            "The pod-resources API in use and which optional methods the kubelet serves.",
-            ["version", "get_allocatable"],
-            [reading],
-            lambda r: [r.api_version.value, r.allocatable_support.value],
-        )
-        acc = ctx.view.accounting
-        if acc is None:
-            return
-        yield GaugeMetricFamily(
-            "podres_pods", "Pods the kubelet lists on this node.", value=acc.pods
-        )
-        yield GaugeMetricFamily(
-            "podres_containers",
-            "Containers (restartable sidecars included) of the pods the kubelet lists.",
-            value=acc.containers,
-        )
-        yield _anomalies(acc.anomalies)
+COLLECTOR: Final = PartCollector(
+    "kubelet",
+    "kubelet connection state, request counters and data anomalies",
+    view,
+    _families,
+)

@@ -6,13 +6,10 @@ each labelled with its holder when exactly one container holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from podres_exporter.collectors.base import RenderContext
-from podres_exporter.collectors.families import HOLDER_LABELS, PerRow, Table, holder_values
+from podres_exporter.collectors.base import PartCollector, joined
+from podres_exporter.collectors.families import HOLDER_LABELS, Table, holder_values, per_row
 from podres_exporter.join import NetRow
 
 
@@ -25,56 +22,56 @@ _NET: Final[Table[NetRow]] = Table(
     ("interface", "address", *HOLDER_LABELS),
     lambda r: [r.net.interface, r.net.pci_address or "", *holder_values(r.held.single)],
     (
-        PerRow(
+        per_row(
             "podres_net_up",
             "1 when the interface's operstate is up.",
             lambda r: r.net.operstate == "up",
         ),
-        PerRow("podres_net_carrier", "1 when the link has carrier.", lambda r: r.net.carrier),
-        PerRow("podres_net_speed_bytes", "Link speed in bytes per second.", _speed),
-        PerRow(
+        per_row("podres_net_carrier", "1 when the link has carrier.", lambda r: r.net.carrier),
+        per_row("podres_net_speed_bytes", "Link speed in bytes per second.", _speed),
+        per_row(
             "podres_net_receive_bytes",
             "Bytes received (kernel statistics).",
             lambda r: r.net.rx_bytes,
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_net_receive_packets",
             "Packets received (kernel statistics).",
             lambda r: r.net.rx_packets,
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_net_receive_errors",
             "Errors received (kernel statistics).",
             lambda r: r.net.rx_errors,
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_net_receive_drops",
             "Dropped received (kernel statistics).",
             lambda r: r.net.rx_dropped,
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_net_transmit_bytes",
             "Bytes transmitted (kernel statistics).",
             lambda r: r.net.tx_bytes,
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_net_transmit_packets",
             "Packets transmitted (kernel statistics).",
             lambda r: r.net.tx_packets,
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_net_transmit_errors",
             "Errors transmitted (kernel statistics).",
             lambda r: r.net.tx_errors,
             counter=True,
         ),
-        PerRow(
+        per_row(
             "podres_net_transmit_drops",
             "Dropped transmitted (kernel statistics).",
             lambda r: r.net.tx_dropped,
@@ -84,15 +81,9 @@ _NET: Final[Table[NetRow]] = Table(
 )
 
 
-class NetCollector:
-    """``podres_net_*``."""
-
-    name = "net"
-    default_enabled = True
-    description = "traffic counters and link state of the kubelet's network functions (SR-IOV)"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        joined = ctx.view.joined
-        if joined is None:
-            return
-        yield from _NET.render(joined.net)
+COLLECTOR: Final = PartCollector(
+    "net",
+    "traffic counters and link state of the kubelet's network functions (SR-IOV)",
+    joined,
+    lambda j: _NET.render(j.net),
+)

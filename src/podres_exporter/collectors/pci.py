@@ -9,17 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from prometheus_client.metrics_core import Metric
-
-from podres_exporter.collectors.base import RenderContext
+from podres_exporter.collectors.base import PartCollector, joined
 from podres_exporter.collectors.families import (
     HOLDER_LABELS,
     Breakdown,
-    PerRow,
+    Info,
     Table,
     holder_values,
-    info,
     numa_value,
+    per_row,
 )
 from podres_exporter.join import PciRow
 
@@ -61,25 +59,31 @@ _PCI: Final[Table[PciRow]] = Table(
     ("address", *HOLDER_LABELS),
     lambda r: [r.pci.address, *holder_values(r.held.single)],
     (
-        PerRow(
+        Info(
+            "podres_pci",
+            "One series per PCI function the kubelet knows: ids, driver, NUMA node, SR-IOV PF.",
+            _INFO_LABELS,
+            _identity,
+        ),
+        per_row(
             "podres_pci_link_speed_transfers_per_second",
             "Current PCIe link speed (16 GT/s = 1.6e10).",
             _link_speed,
         ),
-        PerRow(
+        per_row(
             "podres_pci_link_width_lanes", "Current PCIe link width.", lambda r: r.pci.link_width
         ),
-        PerRow(
+        per_row(
             "podres_pci_max_link_width_lanes",
             "Maximum PCIe link width (a lower current width means a degraded link).",
             lambda r: r.pci.max_link_width,
         ),
-        PerRow(
+        per_row(
             "podres_pci_temperature_celsius",
             "Device temperature (hwmon).",
             lambda r: r.pci.temperature_celsius,
         ),
-        PerRow("podres_pci_power_watts", "Device power (hwmon).", lambda r: r.pci.power_watts),
+        per_row("podres_pci_power_watts", "Device power (hwmon).", lambda r: r.pci.power_watts),
         Breakdown(
             "podres_pci_aer_errors",
             "PCIe AER errors by severity and error name.",
@@ -91,22 +95,9 @@ _PCI: Final[Table[PciRow]] = Table(
 )
 
 
-class PciCollector:
-    """``podres_pci_*``."""
-
-    name = "pci"
-    default_enabled = True
-    description = "PCI link, AER errors, temperature and power of the kubelet's PCI devices"
-
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        joined = ctx.view.joined
-        if joined is None:
-            return
-        yield info(
-            "podres_pci",
-            "One series per PCI function the kubelet knows: ids, driver, NUMA node, SR-IOV PF.",
-            _INFO_LABELS,
-            joined.pci,
-            _identity,
-        )
-        yield from _PCI.render(joined.pci)
+COLLECTOR: Final = PartCollector(
+    "pci",
+    "PCI link, AER errors, temperature and power of the kubelet's PCI devices",
+    joined,
+    lambda j: _PCI.render(j.pci),
+)

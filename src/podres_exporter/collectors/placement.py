@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from typing import Final
 
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors.base import RenderContext
-from podres_exporter.collectors.families import HOLDER_LABELS, family, holder_values, info
+from podres_exporter.collectors.base import PartCollector, view
+from podres_exporter.collectors.families import (
+    HOLDER_LABELS,
+    family,
+    holder_values,
+    info,
+    labelled,
+)
 from podres_exporter.join import Resolution
+from podres_exporter.view import NodeView
 
 _RESOLUTION_LABELS = ("resource", "device_id", "kind", "physical_id", "matched")
 
@@ -26,53 +33,52 @@ def _unmatched(resolutions: Iterable[Resolution]) -> Metric:
     for r in resolutions:
         resources.add(r.resource)
         unmatched[r.resource] += 0 if r.matched else 1
-    count = GaugeMetricFamily(
+    return labelled(
         "podres_device_ids_unmatched",
         "Device ids of a resource that matched no telemetry device (exported as allocation "
         "only): an unknown id shape, or hardware no source reads.",
-        labels=["resource"],
+        ["resource"],
+        [((resource,), unmatched[resource]) for resource in sorted(resources)],
     )
-    for resource in sorted(resources):
-        count.add_metric([resource], unmatched[resource])
-    return count
 
 
-class PlacementCollector:
-    """NUMA alignment, idle held devices and how device ids resolved."""
+def _families(v: NodeView) -> Iterator[Metric]:
+    joined = v.joined
+    if joined is None:
+        return
+    yield family(
+        "podres_container_numa_aligned",
+        "1 when the container's exclusive CPUs, devices and pinned memory sit on the same "
+        "NUMA node(s), 0 when they straddle.",
+        list(HOLDER_LABELS),
+        joined.numa_aligned,
+        lambda a: holder_values(a[0]),
+        lambda a: a[1],
+    )
+    now = v.snapshot.taken_at
+    yield family(
+        "podres_held_device_idle_seconds",
+        "How long a device held by one container has shown no utilisation (GPU, amdgpu); "
+        "counted from when the exporter first saw it idle.",
+        ["device", *HOLDER_LABELS],
+        joined.idle,
+        lambda d: [d.device, *holder_values(d.holder)],
+        lambda d: max(0.0, now - d.idle_since),
+    )
+    yield info(
+        "podres_device_resolution",
+        "One series per kubelet device id: the physical device it names and whether "
+        "telemetry was found for it.",
+        _RESOLUTION_LABELS,
+        joined.resolutions,
+        _resolution,
+    )
+    yield _unmatched(joined.resolutions)
 
-    name = "placement"
-    default_enabled = True
-    description = "NUMA alignment per container, idle held devices, device-id resolution"
 
-    def collect(self, ctx: RenderContext) -> Iterator[Metric]:
-        joined = ctx.view.joined
-        if joined is None:
-            return
-        yield family(
-            "podres_container_numa_aligned",
-            "1 when the container's exclusive CPUs, devices and pinned memory sit on the same "
-            "NUMA node(s), 0 when they straddle.",
-            list(HOLDER_LABELS),
-            joined.numa_aligned,
-            lambda a: holder_values(a[0]),
-            lambda a: a[1],
-        )
-        now = ctx.view.snapshot.taken_at
-        yield family(
-            "podres_held_device_idle_seconds",
-            "How long a device held by one container has shown no utilisation (GPU, amdgpu); "
-            "counted from when the exporter first saw it idle.",
-            ["device", *HOLDER_LABELS],
-            joined.idle,
-            lambda d: [d.device, *holder_values(d.holder)],
-            lambda d: max(0.0, now - d.idle_since),
-        )
-        yield info(
-            "podres_device_resolution",
-            "One series per kubelet device id: the physical device it names and whether "
-            "telemetry was found for it.",
-            _RESOLUTION_LABELS,
-            joined.resolutions,
-            _resolution,
-        )
-        yield _unmatched(joined.resolutions)
+COLLECTOR: Final = PartCollector(
+    "placement",
+    "NUMA alignment per container, idle held devices, device-id resolution",
+    view,
+    _families,
+)

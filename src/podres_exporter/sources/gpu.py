@@ -70,7 +70,7 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
@@ -336,6 +336,20 @@ def _unhealthy(index: int, ident: _Identity, error: str, xids: Mapping[int, int]
         healthy=False,
         error=error,
         xid_errors_total=xids,
+    )
+
+
+def _mig_reading(index: int, parent: _Identity, mig: _MigIdentity) -> GpuReading:
+    """A MIG instance with no readings yet: its own ids, its parent GPU's index and placement."""
+    return GpuReading(
+        uuid=mig.uuid,
+        index=index,
+        name=mig.name,
+        pci_bus_id=parent.pci_bus_id,
+        numa_node=parent.numa_node,
+        parent_uuid=parent.uuid,
+        gpu_instance_id=mig.gpu_instance_id,
+        compute_instance_id=mig.compute_instance_id,
     )
 
 
@@ -698,20 +712,7 @@ class NvmlBackend:
     def _unhealthy_gpu(self, index: int, ident: _Identity, error: str) -> list[GpuReading]:
         out = [_unhealthy(index, ident, error, self._xids_of(ident.uuid))]
         for mig in self._migs.get(ident.uuid, ()) if ident.uuid else ():
-            out.append(
-                GpuReading(
-                    uuid=mig.uuid,
-                    index=index,
-                    name=mig.name,
-                    pci_bus_id=ident.pci_bus_id,
-                    numa_node=ident.numa_node,
-                    parent_uuid=ident.uuid,
-                    gpu_instance_id=mig.gpu_instance_id,
-                    compute_instance_id=mig.compute_instance_id,
-                    healthy=False,
-                    error=error,
-                )
-            )
+            out.append(replace(_mig_reading(index, ident, mig), healthy=False, error=error))
         return out
 
     def _identify(self, handle: Any, index: int, uuid: str) -> _Identity:
@@ -879,15 +880,8 @@ class NvmlBackend:
             mem: _Memory | None = self._get(nvml.nvmlDeviceGetMemoryInfo, mig)
             idents.append(ident)
             out.append(
-                GpuReading(
-                    uuid=ident.uuid,
-                    index=index,
-                    name=ident.name,
-                    pci_bus_id=parent.pci_bus_id,
-                    numa_node=parent.numa_node,
-                    parent_uuid=parent.uuid,
-                    gpu_instance_id=ident.gpu_instance_id,
-                    compute_instance_id=ident.compute_instance_id,
+                replace(
+                    _mig_reading(index, parent, ident),
                     utilization_gpu_ratio=None if util is None else _ratio(util.gpu),
                     utilization_memory_ratio=None if util is None else _ratio(util.memory),
                     memory_used_bytes=None if mem is None else int(mem.used),
