@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from podres_exporter.ids import Kind, Resolved, is_gpu_resource, normalize_pci, resolve
+from podres_exporter.ids import (
+    Kind,
+    Resolved,
+    is_gpu_resource,
+    normalize_pci,
+    resolve,
+    split_replica,
+)
 
 U = "8a7f3c1e-0b2d-4e5f-9a8b-7c6d5e4f3a2b"
 V = "3c1e8a7f-4e5f-0b2d-7c6d-9a8b5e4f3a2b"
@@ -79,3 +86,20 @@ def test_gpu_resources_are_configurable() -> None:
 def test_normalize_pci(raw: str, norm: str | None) -> None:
     """NVML's 8-digit domains and short forms normalise; function numbers above 7 are not PCI."""
     assert normalize_pci(raw) == norm
+
+
+@pytest.mark.parametrize(
+    ("device_id", "parts"),
+    [
+        (f"GPU-{U}::3", (f"GPU-{U}", 3)),
+        (f"GPU-{U}", (f"GPU-{U}", None)),
+        ("nvidia1/vgpu2", ("nvidia1/vgpu2", None)),  # a GKE share is a shape, not a suffix
+        ("kvm-7::0", ("kvm-7", 0)),  # any id shape may be shared
+        ("a::b::12", ("a::b", 12)),
+        ("::3", ("::3", None)),
+        ("GPU-x::", ("GPU-x::", None)),
+    ],
+)
+def test_split_replica(device_id: str, parts: tuple[str, int | None]) -> None:
+    """The ``::n`` suffix comes off whatever the id's shape; nothing else does."""
+    assert split_replica(device_id) == parts

@@ -93,6 +93,17 @@ def is_gpu_resource(resource: str, patterns: Iterable[str] = DEFAULT_GPU_RESOURC
     return any(fnmatchcase(resource, p) for p in patterns)
 
 
+def split_replica(device_id: str) -> tuple[str, int | None]:
+    """``"GPU-8a7f...::3"`` -> ``("GPU-8a7f...", 3)``; an id without ``::n`` -> ``(id, None)``.
+
+    The ``::n`` suffix (time-slicing, MPS) shares the device the rest of the id names,
+    whatever its shape.
+    """
+    if m := _REPLICA.match(device_id):
+        return m.group(1), int(m.group(2))
+    return device_id, None
+
+
 def _by_shape(device_id: str, gpu: bool) -> Resolved | None:  # noqa: PLR0911 - one return per shape
     if m := _GPU.match(device_id):
         return Resolved(Kind.GPU, _uuid("GPU", m.group(1)))
@@ -129,9 +140,7 @@ def resolve(
 ) -> Resolved:
     """Resolve one kubelet device id of ``resource``; kind UNKNOWN when nothing matches."""
     gpu = is_gpu_resource(resource, gpu_resources)
-    base, replica = device_id, None
-    if m := _REPLICA.match(device_id):
-        base, replica = m.group(1), int(m.group(2))
+    base, replica = split_replica(device_id)
     found = _by_shape(base, gpu)
     if found is None:
         return Resolved(Kind.UNKNOWN, device_id)

@@ -1,4 +1,5 @@
-"""Fixtures for the device plugin's tests: socket directories and a small kubelet."""
+"""Fixtures for the device plugin's tests: socket directories and the simulated kubelet's
+device manager."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deviceplugin.support import MiniKubelet
+from podres_exporter.sim.devicemanager import SimDeviceManager
 
 
 @pytest.fixture
@@ -21,18 +22,19 @@ def sockdir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def make_kubelet(sockdir: Path) -> Iterator[Callable[..., MiniKubelet]]:
-    """Start a MiniKubelet on ``sockdir/plugins``; stopped at teardown."""
-    started: list[MiniKubelet] = []
+def make_kubelet(sockdir: Path) -> Iterator[Callable[..., SimDeviceManager]]:
+    """A SimDeviceManager on ``sockdir/plugins``, started unless ``start=False``; stopped
+    (its socket removed) at teardown."""
+    made: list[SimDeviceManager] = []
 
-    def factory(*, start: bool = True, refuse: int = 0) -> MiniKubelet:
-        kubelet = MiniKubelet(sockdir / "plugins", refuse=refuse)
+    def factory(*, start: bool = True) -> SimDeviceManager:
         (sockdir / "plugins").mkdir(exist_ok=True)
+        kubelet = SimDeviceManager(sockdir / "plugins")
         if start:
             kubelet.start()
-        started.append(kubelet)
+        made.append(kubelet)
         return kubelet
 
     yield factory
-    for k in started:
-        k.stop(stale=False)
+    for k in made:
+        k.stop(remove_socket=True)

@@ -84,6 +84,12 @@ def held(sim: SimKubelet) -> dict[str, tuple[int, ...] | None]:
     }
 
 
+def mpi_admitted(sim: SimKubelet) -> bool | None:
+    """Whether the MPI pod is admitted; None while the node has no such pod."""
+    pod = sim.node.pod("hpc", "mpi")
+    return None if pod is None else pod.admitted
+
+
 def allocatable(sim: SimKubelet) -> set[str]:
     r = KubeletClient(str(sim.socket_path)).read()
     assert r.allocatable is not None
@@ -107,10 +113,10 @@ def test_pods_are_admitted_through_the_real_plugin(short_dir: Path) -> None:
     tmp_path = short_dir
     dm = sim.device_manager
     assert dm is not None
-    assert not sim.node.pod("hpc", "mpi").admitted, "no plugin yet: rejected at admission"
+    assert mpi_admitted(sim) is False, "no plugin yet: rejected at admission"
     proc = start_plugin(sim, tmp_path)
     try:
-        wait_until(lambda: sim.node.pod("hpc", "mpi").admitted, timeout=20)
+        wait_until(lambda: mpi_admitted(sim), timeout=20)
         devices = held(sim)
         assert len(devices) == 2 and all(numa == (0,) for numa in devices.values())
         (alloc,) = dm.allocations("hpc/mpi") or [a for a in dm.allocations() if a.resource == VF]
@@ -164,13 +170,13 @@ def test_kubelet_restart_in_the_middle_of_allocations(short_dir: Path) -> None:
     outcomes: list[str] = []
     stop = threading.Event()
     try:
-        wait_until(lambda: sim.node.pod("hpc", "mpi").admitted, timeout=20)
+        wait_until(lambda: mpi_admitted(sim), timeout=20)
         endpoint = dm.directory / str(dm.endpoint(VF))
         ids = sorted(allocatable(sim))[:1]
 
         def hammer() -> None:
             with grpc.insecure_channel(f"unix://{endpoint}") as channel:
-                stub = dp_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+                stub = dp_grpc.DevicePluginStub(channel)
                 request = dp.AllocateRequest(
                     container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]
                 )

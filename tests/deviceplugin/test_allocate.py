@@ -39,7 +39,7 @@ def make_inventory(
     hardware: Sequence[Hardware],
     topology: Mapping[tuple[str, str], int] | None = None,
 ) -> ResourceInventory:
-    devices = []
+    devices: list[Device] = []
     for hw in hardware:
         replicas = range(res.replicas) if res.replicas > 1 else [None]
         devices.extend(
@@ -118,7 +118,7 @@ def test_netdevs_dev_nodes_and_env_overrides() -> None:
     assert dict(allocate(net, net_inv, ["ens1"]).envs) == {"PODRES_NETDEVICES": "forced", "X": "1"}
     plain = resource("example.com/nic2", "netdev")
     assert dict(
-        allocate(plain, make_inventory(plain, net_inv.hardware.values()), ["ens1"]).envs
+        allocate(plain, make_inventory(plain, list(net_inv.hardware.values())), ["ens1"]).envs
     ) == {"PODRES_NETDEVICES": "ens1"}
     dev = resource("example.com/render", "dev", cdi="example.com/render")
     dev_inv = make_inventory(

@@ -1,4 +1,5 @@
-"""Serve, self-dial, register, re-register: the plugin in-process against a small kubelet."""
+"""Serve, self-dial, register, re-register: the plugin in-process against the simulated
+kubelet's device manager."""
 
 from __future__ import annotations
 
@@ -16,10 +17,18 @@ import pytest
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
 from podres_exporter.options import parse_listen_address
+from podres_exporter.sim.devicemanager import HEALTHY, UNHEALTHY, PluginDevice, PluginOptions
 from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
-from tests.conftest import http_get
-from tests.deviceplugin.support import VF_ADDRESSES, MiniKubelet, write_sysfs
+from tests.conftest import http_get, wait_until
+from tests.deviceplugin.support import (
+    VF_ADDRESSES,
+    accepted,
+    advertised,
+    files,
+    plugin_stub,
+    write_sysfs,
+)
 
 RESOURCE = "intel.com/sriov_vf"
 CONFIG = f"""
@@ -33,7 +42,7 @@ kind = "pci"
 vendor = "0x8086"
 device = "0x1889"
 """
-HEALTHY_VFS = [(a, "Healthy", (0,)) for a in VF_ADDRESSES]
+HEALTHY_VFS = [PluginDevice(a, HEALTHY, (0,)) for a in VF_ADDRESSES]
 
 
 @pytest.fixture
@@ -68,8 +77,15 @@ def make_plugin(sockdir: Path, tmp_path: Path) -> Iterator[Callable[..., DeviceP
         p.stop("test teardown")
 
 
-def sockets(kubelet: MiniKubelet) -> list[str]:
-    return sorted(p.name for p in kubelet.directory.iterdir())
+def registration_errors(plugin: DevicePlugin) -> float:
+    value = plugin.metrics.registry.get_sample_value(
+        "podres_plugin_registrations_total", {"resource": RESOURCE, "result": "error"}
+    )
+    return value or 0.0
+
+
+def kubelet_restarts(plugin: DevicePlugin) -> float | None:
+    return plugin.metrics.registry.get_sample_value("podres_plugin_kubelet_restarts_total")
 
 
 def test_register_follows_the_kubelet_order(make_kubelet: Any, make_plugin: Any) -> None:
@@ -77,28 +93,27 @@ def test_register_follows_the_kubelet_order(make_kubelet: Any, make_plugin: Any)
     GetDevicePluginOptions returns; then a complete ListAndWatch list."""
     kubelet = make_kubelet()
     plugin = make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE) == HEALTHY_VFS)
-    (reg,) = kubelet.ok_registrations()
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE) == HEALTHY_VFS)
+    (reg,) = accepted(kubelet)
     assert reg.version == "v1beta1"
     assert re.fullmatch(r"podres-intel\.com-sriov_vf-[0-9a-f]{8}\.sock", reg.endpoint)
-    assert reg.request_options == reg.dialed_options == (False, True)
-    assert kubelet.events[:3] == [
-        f"register:{RESOURCE}",
-        f"options:{RESOURCE}",
-        f"registered:{RESOURCE}",
-    ]
-    kubelet.wait_for(lambda: plugin.manager.plugins[RESOURCE].registered)
-    assert sockets(kubelet) == sorted(["kubelet.sock", reg.endpoint])
+    assert reg.request_options == reg.options == PluginOptions(False, True)
+    # Accepted at the first call: the device manager accepts only once the plugin's own
+    # socket has answered GetDevicePluginOptions, before Register returns.
+    assert kubelet.registrations[0] == reg
+    assert kubelet.wait_for(lambda: plugin.manager.plugins[RESOURCE].registered)
+    assert files(kubelet) == sorted(["kubelet.sock", reg.endpoint])
 
 
 def test_a_refused_registration_is_retried_without_a_crash(
     make_kubelet: Any, make_plugin: Any
 ) -> None:
     """The kubelet refuses twice; the plugin backs off, retries and gets registered."""
-    kubelet = make_kubelet(refuse=2)
+    kubelet = make_kubelet()
+    kubelet.refuse_registrations(2, "refused")
     plugin = make_plugin()
-    kubelet.wait_for(lambda: plugin.manager.plugins[RESOURCE].registered, timeout=10)
-    assert [r.error for r in kubelet.registrations] == ["refused", "refused", None]
+    assert kubelet.wait_for(lambda: plugin.manager.plugins[RESOURCE].registered, timeout=10)
+    assert [r.result for r in kubelet.registrations] == ["refused", "refused", "ok"]
     samples = {
         result: plugin.metrics.registry.get_sample_value(
             "podres_plugin_registrations_total", {"resource": RESOURCE, "result": result}
@@ -120,9 +135,9 @@ def test_a_kubelet_that_appears_later_is_registered_with(
     assert (status, body) == (503, f"not registered: {RESOURCE}\n".encode())
     kubelet.start()
     started = time.monotonic()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE) == HEALTHY_VFS, timeout=5)
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE) == HEALTHY_VFS, timeout=5)
     assert time.monotonic() - started < 2.0
-    kubelet.wait_for(plugin.metrics.all_registered)
+    assert kubelet.wait_for(plugin.metrics.all_registered)
     assert http_get(plugin.url + "/readyz")[0] == 200
 
 
@@ -133,20 +148,25 @@ def test_the_kubelet_vanishing_mid_stream_then_returning(
     (new socket) gets a registration within 2 s."""
     kubelet = make_kubelet()
     plugin = make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
-    first = kubelet.ok_registrations()[-1].endpoint
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    first = accepted(kubelet)[-1].endpoint
     kubelet.stop()  # the socket stays, stale; the stream ends
-    kubelet.wait_for(lambda: all(s.ended for s in kubelet.streams))
+    assert kubelet.wait_for(lambda: not kubelet.connected(RESOURCE))
     time.sleep(0.3)
     assert (kubelet.directory / first).exists()
-    options = kubelet.plugin_stub(RESOURCE).GetDevicePluginOptions(pb.Empty(), timeout=5)
+    options = plugin_stub(kubelet, RESOURCE).GetDevicePluginOptions(pb.Empty(), timeout=5)
     assert options.get_preferred_allocation_available  # still serving
     assert plugin.monitor.alive()
+    # Come back right after a failed retry (the next is backed off by 0.16 s at least): a
+    # Register leaving just as the kubelet starts would name a socket the start deletes,
+    # and wait out the kubelet's 10 s dial back.
+    failed = registration_errors(plugin)
+    wait_until(lambda: registration_errors(plugin) > failed, interval=0.01)
     kubelet.start()
     back = time.monotonic()
-    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2 and kubelet.devices(RESOURCE))
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2 and advertised(kubelet, RESOURCE))
     assert time.monotonic() - back < 2.0
-    assert kubelet.devices(RESOURCE) == HEALTHY_VFS
+    assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
 
 
 def test_a_kubelet_restart_gets_a_fresh_socket_registered_within_2s(
@@ -155,36 +175,39 @@ def test_a_kubelet_restart_gets_a_fresh_socket_registered_within_2s(
     """kubelet.sock re-created and our socket deleted: a new socket, registered < 2 s."""
     kubelet = make_kubelet()
     plugin = make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
-    first = kubelet.ok_registrations()[-1].endpoint
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    first = accepted(kubelet)[-1].endpoint
     kubelet.restart()
     restarted = time.monotonic()
-    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2 and kubelet.devices(RESOURCE))
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2 and advertised(kubelet, RESOURCE))
     assert time.monotonic() - restarted < 2.0
-    second = kubelet.ok_registrations()[-1].endpoint
+    second = accepted(kubelet)[-1].endpoint
     assert second != first
-    assert sockets(kubelet) == sorted(["kubelet.sock", second])
-    assert kubelet.devices(RESOURCE) == HEALTHY_VFS
-    restarts = plugin.metrics.registry.get_sample_value("podres_plugin_kubelet_restarts_total")
-    assert restarts == 1
+    assert files(kubelet) == sorted(["kubelet.sock", second])
+    assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
+    # The kubelet watch counts the restart on its own 100 ms poll, which may come just after
+    # the plugin saw its socket deleted and registered again.
+    wait_until(lambda: (kubelet_restarts(plugin) or 0.0) >= 1, timeout=2)
+    assert kubelet_restarts(plugin) == 1
 
 
 def test_kubelet_restarts_get_one_registration_each_and_a_live_stream(
     make_kubelet: Any, make_plugin: Any
 ) -> None:
     """Five kubelet restarts: each gets exactly one registration, and the kubelet ends up
-    with a live stream each time (a second registration right after the first makes the
-    kubelet disconnect the newer endpoint when the older stream ends)."""
+    with a live stream each time (a second registration right after the first would make
+    a real kubelet disconnect the newer endpoint when the older stream ends)."""
     kubelet = make_kubelet()
     make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
     for n in range(2, 7):
         kubelet.restart()
-        kubelet.wait_for(lambda n=n: len(kubelet.ok_registrations()) >= n and kubelet.devices(
-            RESOURCE))  # fmt: skip
+        assert kubelet.wait_for(
+            lambda n=n: len(accepted(kubelet)) >= n and advertised(kubelet, RESOURCE)
+        )
         time.sleep(0.5)  # a second, spurious registration would come within this
-        assert len(kubelet.ok_registrations()) == n
-        assert kubelet.devices(RESOURCE) == HEALTHY_VFS
+        assert len(accepted(kubelet)) == n
+        assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
 
 
 def test_a_stream_ended_by_the_kubelet_is_registered_again(
@@ -194,11 +217,10 @@ def test_a_stream_ended_by_the_kubelet_is_registered_again(
     the plugin registers again and the devices flow."""
     kubelet = make_kubelet()
     plugin = make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
-    kubelet.drop_stream(RESOURCE)
-    kubelet.wait_for(lambda: kubelet.streams[0].ended)
-    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2 and kubelet.devices(RESOURCE))
-    assert kubelet.devices(RESOURCE) == HEALTHY_VFS
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    assert kubelet.disconnect(RESOURCE)  # returns once the stream has ended
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2 and advertised(kubelet, RESOURCE))
+    assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
     registered = plugin.metrics.registry.get_sample_value(
         "podres_plugin_registered", {"resource": RESOURCE}
     )
@@ -211,12 +233,12 @@ def test_a_deleted_plugin_socket_is_served_and_registered_again(
     """Someone deletes our socket file: a new one is served and registered."""
     kubelet = make_kubelet()
     make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
-    first = kubelet.ok_registrations()[-1].endpoint
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    first = accepted(kubelet)[-1].endpoint
     os.unlink(kubelet.directory / first)
-    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2, timeout=3)
-    assert kubelet.ok_registrations()[-1].endpoint != first
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE) == HEALTHY_VFS)
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2, timeout=3)
+    assert accepted(kubelet)[-1].endpoint != first
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE) == HEALTHY_VFS)
 
 
 def test_the_device_plugin_directory_replaced_under_the_plugin(
@@ -226,14 +248,18 @@ def test_the_device_plugin_directory_replaced_under_the_plugin(
     then serves in the new directory and registers."""
     kubelet = make_kubelet()
     plugin = make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
-    kubelet.stop(stale=False)
-    shutil.rmtree(kubelet.directory)
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet.stop(remove_socket=True)
+    # Gone at once (renamed away, then deleted), not file by file: a plugin seeing its
+    # socket deleted serves a fresh one, which could land in the half-deleted directory.
+    gone = kubelet.directory.with_name("gone")
+    kubelet.directory.rename(gone)
+    shutil.rmtree(gone)
     time.sleep(0.5)
     assert plugin.manager.plugins[RESOURCE].socket_path is None  # nowhere to serve
     kubelet.start()
-    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2 and kubelet.devices(RESOURCE))
-    assert kubelet.devices(RESOURCE) == HEALTHY_VFS
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2 and advertised(kubelet, RESOURCE))
+    assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
 
 
 def test_hardware_absent_at_start_is_registered_empty_then_advertised(
@@ -242,17 +268,19 @@ def test_hardware_absent_at_start_is_registered_empty_then_advertised(
     """A rule matching nothing registers with an empty list; the VFs appear once written."""
     kubelet = make_kubelet()
     make_plugin(sysfs=False)
-    kubelet.wait_for(lambda: kubelet.live_stream(RESOURCE))
-    assert kubelet.devices(RESOURCE) == []
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE) is not None)
+    assert advertised(kubelet, RESOURCE) == []
     write_sysfs(tmp_path / "sys")
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE) == HEALTHY_VFS, timeout=5)
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE) == HEALTHY_VFS, timeout=5)
 
 
 def test_metrics_and_health_endpoints(make_kubelet: Any, make_plugin: Any) -> None:
     """/metrics carries the plugin's families; /healthz and /readyz answer 200; others 404."""
     kubelet = make_kubelet()
     plugin = make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE) and plugin.metrics.all_registered())
+    assert kubelet.wait_for(
+        lambda: advertised(kubelet, RESOURCE) and plugin.metrics.all_registered()
+    )
     assert http_get(plugin.url + "/healthz")[0] == 200
     assert http_get(plugin.url + "/readyz")[0] == 200
     assert http_get(plugin.url + "/nope")[0] == 404
@@ -275,12 +303,12 @@ def test_stop_ends_the_stream_and_removes_the_socket(make_kubelet: Any, make_plu
     """Stopping ends the kubelet's stream and leaves only kubelet.sock behind."""
     kubelet = make_kubelet()
     plugin = make_plugin()
-    kubelet.wait_for(lambda: kubelet.devices(RESOURCE))
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
     begun = time.monotonic()
     plugin.stop("test")
     assert time.monotonic() - begun < 3.0
-    kubelet.wait_for(lambda: all(s.ended for s in kubelet.streams), timeout=3)
-    assert sockets(kubelet) == ["kubelet.sock"]
+    assert kubelet.wait_for(lambda: not kubelet.connected(RESOURCE), timeout=3)
+    assert files(kubelet) == ["kubelet.sock"]
 
 
 GPUS = [f"GPU-0c5a1f2e-8a7f-4c1e-9b3d-{i:012d}" for i in range(4)]
@@ -308,12 +336,12 @@ def test_an_injected_nvml_backend_gpu_health_and_topology_over_grpc(
     fake.connect_nvlink(GPUS[2], GPUS[3], links=4)
     kubelet = make_kubelet()
     make_plugin(GPU_CONFIG, sysfs=False, gpu_backend=NvmlBackend(fake))
-    kubelet.wait_for(lambda: kubelet.devices("nvidia.com/gpu"))
-    reg = kubelet.ok_registrations()[-1]
-    assert reg.request_options == reg.dialed_options == (True, True)
-    ids = [d[0] for d in kubelet.devices("nvidia.com/gpu") or []]
+    assert kubelet.wait_for(lambda: advertised(kubelet, "nvidia.com/gpu"))
+    reg = accepted(kubelet)[-1]
+    assert reg.request_options == reg.options == PluginOptions(True, True)
+    ids = [d.id for d in advertised(kubelet, "nvidia.com/gpu") or []]
     assert ids == [f"{g}::{n}" for g in GPUS for n in (0, 1)]
-    stub = kubelet.plugin_stub("nvidia.com/gpu")
+    stub = plugin_stub(kubelet, "nvidia.com/gpu")
     preferred = stub.GetPreferredAllocation(
         pb.PreferredAllocationRequest(
             container_requests=[
@@ -327,10 +355,10 @@ def test_an_injected_nvml_backend_gpu_health_and_topology_over_grpc(
     assert list(preferred.container_responses[0].deviceIDs) == [f"{GPUS[2]}::0", f"{GPUS[3]}::0"]
     fake.emit_xid(GPUS[1], 79)
     emitted = time.monotonic()
-    kubelet.wait_for(
+    assert kubelet.wait_for(
         lambda: (
-            {d[1] for d in kubelet.devices("nvidia.com/gpu") or [] if GPUS[1] in d[0]}
-            == {"Unhealthy"}
+            {d.health for d in advertised(kubelet, "nvidia.com/gpu") or [] if GPUS[1] in d.id}
+            == {UNHEALTHY}
         ),
         timeout=3,
     )
@@ -338,6 +366,7 @@ def test_an_injected_nvml_backend_gpu_health_and_topology_over_grpc(
     with pytest.raises(grpc.RpcError) as info:
         stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=[f"{GPUS[1]}::1"]))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    kubelet.wait_for(
-        lambda: {d[1] for d in kubelet.devices("nvidia.com/gpu") or []} == {"Healthy"}, timeout=4
+    assert kubelet.wait_for(
+        lambda: {d.health for d in advertised(kubelet, "nvidia.com/gpu") or []} == {HEALTHY},
+        timeout=4,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from podres_exporter.deviceplugin.main import (
     run_plugin,
 )
 from podres_exporter.errors import ConfigError
-from tests.deviceplugin.support import write_sysfs
+from tests.deviceplugin.support import advertised, files, write_sysfs
 
 CONFIG = """
 [plugin]
@@ -92,12 +93,12 @@ def test_run_plugin_serves_until_stopped_then_returns_0(
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(run_plugin(ns, {}, stop=stop)))
     thread.start()
-    kubelet.wait_for(lambda: kubelet.devices("intel.com/sriov_vf"))
-    assert len(kubelet.devices("intel.com/sriov_vf") or []) == 4
+    assert kubelet.wait_for(lambda: advertised(kubelet, "intel.com/sriov_vf"))
+    assert len(advertised(kubelet, "intel.com/sriov_vf") or []) == 4
     stop.set()
     thread.join(timeout=10)
     assert result == [0]
-    assert [p.name for p in kubelet.directory.iterdir()] == ["kubelet.sock"]
+    assert files(kubelet) == ["kubelet.sock"]
 
 
 def test_run_plugin_returns_2_for_a_bad_resource_file(
@@ -107,3 +108,29 @@ def test_run_plugin_returns_2_for_a_bad_resource_file(
     (tmp_path / "bad.toml").write_text('[[resource]]\nname = "gpu"\n')
     assert run_plugin(parse(["--config", str(tmp_path / "bad.toml")]), {}) == 2
     assert "resource[0].name: resource name 'gpu' has no domain" in capsys.readouterr().err
+
+
+def test_run_plugin_returns_2_when_it_cannot_listen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A listen address already in use: exit status 2, the message names --listen-address."""
+    (tmp_path / "plugin.toml").write_text(CONFIG)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        ns = parse(
+            [
+                "--config",
+                str(tmp_path / "plugin.toml"),
+                "--device-plugin-dir",
+                str(tmp_path),
+                "--listen-address",
+                f"127.0.0.1:{port}",
+            ]
+        )
+        assert run_plugin(ns, {}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"podres plugin: error: cannot listen on 127.0.0.1:{port} (--listen-address)"
+    )

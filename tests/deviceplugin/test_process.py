@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import http_get
-from tests.deviceplugin.support import VF_ADDRESSES, MiniKubelet, write_sysfs
+from podres_exporter.sim.devicemanager import HEALTHY, PluginDevice, SimDeviceManager
+from tests.conftest import http_get, wait_until
+from tests.deviceplugin.support import (
+    VF_ADDRESSES,
+    accepted,
+    advertised,
+    files,
+    plugin_stub,
+    write_sysfs,
+)
 
 VF = "intel.com/sriov_vf"
 NIC = "example.com/uplink"
@@ -86,7 +94,7 @@ class PluginProcess:
 @pytest.fixture
 def plugin_process(
     sockdir: Path, tmp_path: Path, make_kubelet: Any
-) -> Iterator[tuple[PluginProcess, MiniKubelet]]:
+) -> Iterator[tuple[PluginProcess, SimDeviceManager]]:
     """A kubelet, then the plugin process on a devtree sysfs with vfio-pci VFs."""
     kubelet = make_kubelet()
     write_sysfs(tmp_path / "sys", vfio=True)
@@ -113,34 +121,35 @@ def plugin_process(
 
 
 def test_the_process_survives_a_kubelet_restart_and_re_registers_within_2s(
-    plugin_process: tuple[PluginProcess, MiniKubelet],
+    plugin_process: tuple[PluginProcess, SimDeviceManager],
 ) -> None:
     """kubelet.sock re-created, plugin sockets deleted: both resources are registered
     again within 2 s with fresh sockets; Allocate answers on the new socket."""
     process, kubelet = plugin_process
-    kubelet.wait_for(
-        lambda: kubelet.devices(VF) is not None and kubelet.devices(NIC) is not None, timeout=15
+    assert kubelet.wait_for(
+        lambda: advertised(kubelet, VF) is not None and advertised(kubelet, NIC) is not None,
+        timeout=15,
     )
-    assert [d[0] for d in kubelet.devices(VF) or []] == list(VF_ADDRESSES)
-    assert kubelet.devices(NIC) == [("enp175s0f0", "Healthy", (0,))]
-    before = {r.endpoint for r in kubelet.ok_registrations()}
+    assert [d.id for d in advertised(kubelet, VF) or []] == list(VF_ADDRESSES)
+    assert advertised(kubelet, NIC) == [PluginDevice("enp175s0f0", HEALTHY, (0,))]
+    before = {r.endpoint for r in accepted(kubelet)}
     kubelet.restart()
     restarted = time.monotonic()
-    kubelet.wait_for(
+    assert kubelet.wait_for(
         lambda: (
-            len(kubelet.ok_registrations()) == 4
-            and kubelet.devices(VF) is not None
-            and kubelet.devices(NIC) is not None
+            len(accepted(kubelet)) == 4
+            and advertised(kubelet, VF) is not None
+            and advertised(kubelet, NIC) is not None
         ),
         timeout=5,
     )
     assert time.monotonic() - restarted < 2.0
-    after = {r.endpoint for r in kubelet.ok_registrations()[2:]}
+    after = {r.endpoint for r in accepted(kubelet)[2:]}
     assert not after & before
-    assert sorted(p.name for p in kubelet.directory.iterdir()) == sorted(["kubelet.sock", *after])
+    assert files(kubelet) == sorted(["kubelet.sock", *after])
     from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 
-    resp = kubelet.plugin_stub(VF).Allocate(
+    resp = plugin_stub(kubelet, VF).Allocate(
         pb.AllocateRequest(
             container_requests=[pb.ContainerAllocateRequest(devices_ids=["0000:af:02.1"])]
         ),
@@ -151,26 +160,40 @@ def test_the_process_survives_a_kubelet_restart_and_re_registers_within_2s(
     assert [d.host_path for d in container.devices] == ["/dev/vfio/41", "/dev/vfio/vfio"]
     assert [c.name for c in container.cdi_devices] == ["intel.com/net=0000:af:02.1"]
     url = process.wait_event("plugin_started")["url"]
+    assert url.startswith("http://127.0.0.1:")
+    # The kubelet watch counts the restart on its own 100 ms poll, which may come just after
+    # the plugin saw its sockets deleted and registered again.
+    wait_until(lambda: b"restarts_total 0.0" not in http_get(url + "/metrics")[2], timeout=2)
     status, _, body = http_get(url + "/metrics")
     assert status == 200
     assert b"podres_plugin_kubelet_restarts_total 1.0" in body
+    status, headers, body = http_get(
+        url + "/metrics",
+        {"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"},
+    )
+    assert status == 200 and headers["Content-Encoding"] == "gzip"
+    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    assert b"podres_plugin_kubelet_restarts_total 1.0" in body and body.endswith(b"# EOF\n")
+    status, _, page = http_get(url + "/")
+    assert status == 200 and b'<a href="/readyz">/readyz</a>' in page
+    assert f"{VF}, {NIC}".encode() in page
 
 
 def test_sigterm_removes_the_sockets_and_exits_0(
-    plugin_process: tuple[PluginProcess, MiniKubelet],
+    plugin_process: tuple[PluginProcess, SimDeviceManager],
 ) -> None:
     """SIGTERM: streams end, sockets removed, the log says why, exit status 0."""
     process, kubelet = plugin_process
-    kubelet.wait_for(lambda: len(kubelet.ok_registrations()) == 2, timeout=15)
-    kubelet.wait_for(lambda: all(s.messages for s in kubelet.streams))
-    assert len(list(kubelet.directory.iterdir())) == 3
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2, timeout=15)
+    assert kubelet.wait_for(lambda: all(kubelet.lists_received(r) for r in (VF, NIC)))
+    assert len(files(kubelet)) == 3
     sent = time.monotonic()
     process.proc.send_signal(signal.SIGTERM)
     assert process.finish() == 0
     assert time.monotonic() - sent < 5.0
-    assert [p.name for p in kubelet.directory.iterdir()] == ["kubelet.sock"]
+    assert files(kubelet) == ["kubelet.sock"]
     assert (process.event("plugin_stopped") or {}).get("reason") == "signal SIGTERM"
-    kubelet.wait_for(lambda: all(s.ended for s in kubelet.streams), timeout=3)
+    assert kubelet.wait_for(lambda: not any(kubelet.connected(r) for r in (VF, NIC)), timeout=3)
 
 
 @pytest.mark.parametrize(

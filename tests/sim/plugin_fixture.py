@@ -312,12 +312,11 @@ class FakePlugin:
             yield first
             while True:
                 with self._cond:
-                    self._cond.wait_for(
-                        lambda seen=generation: (
-                            self._generation != seen or self._stream_epoch != epoch
-                        ),
-                        timeout=0.05,
-                    )
+
+                    def moved(seen: int = generation) -> bool:
+                        return self._generation != seen or self._stream_epoch != epoch
+
+                    self._cond.wait_for(moved, timeout=0.05)
                     if self._stream_epoch != epoch or not context.is_active():
                         return
                     if self._generation == generation:

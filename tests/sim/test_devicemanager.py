@@ -14,6 +14,7 @@ import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_exporter.errors import AdmissionError, PreStartError, ScenarioError
+from podres_exporter.kube import extended_resource_problem
 from podres_exporter.sim import (
     ContainerSpec,
     DevicePluginsSpec,
@@ -23,8 +24,7 @@ from podres_exporter.sim import (
     Scenario,
     SimKubelet,
 )
-from podres_exporter.sim.devicemanager import CHECKPOINT, SimDeviceManager
-from podres_exporter.sim.scenario import extended_resource_problem
+from podres_exporter.sim.devicemanager import CHECKPOINT, PluginOptions, SimDeviceManager
 from tests.conftest import wait_until
 from tests.sim.plugin_fixture import Dev, FakePlugin, devs
 
@@ -117,6 +117,9 @@ def test_options_come_from_get_device_plugin_options(make_dm, make_plugin):
     opts = dm.options(VF)
     assert opts is not None
     assert opts.get_preferred_allocation_available and not opts.pre_start_required
+    record = dm.registrations[-1]
+    assert record.options == opts
+    assert record.request_options == PluginOptions(pre_start_required=True)
 
 
 def test_bad_version_is_refused(make_dm, make_plugin):
@@ -125,7 +128,8 @@ def test_bad_version_is_refused(make_dm, make_plugin):
     plugin = make_plugin(*devs("vf0"), version="v1beta2").start()
     err = refused(plugin)
     assert err.code() == grpc.StatusCode.UNKNOWN
-    assert "version" in err.details() and "not supported" in err.details()
+    details = err.details() or ""
+    assert "version" in details and "not supported" in details
     assert "GetDevicePluginOptions" not in plugin.methods()
     assert not dm.registrations[-1].ok
     assert dm.resources() == ()
@@ -172,7 +176,7 @@ def test_endpoint_must_be_a_file_name_and_served(make_dm, make_plugin, dp_dir):
     """An endpoint outside the directory is refused; one nobody serves fails to dial."""
     dm = make_dm(dial_timeout_s=0.3)
     outside = make_plugin(*devs("vf0"), endpoint="../p.sock").start()
-    assert "invalid endpoint" in refused(outside).details()
+    assert "invalid endpoint" in (refused(outside).details() or "")
     silent = make_plugin(*devs("vf0"), endpoint="nobody.sock")
     started = time.monotonic()
     err = refused(silent)
@@ -180,6 +184,22 @@ def test_endpoint_must_be_a_file_name_and_served(make_dm, make_plugin, dp_dir):
     assert time.monotonic() - started < 3
     assert [r.ok for r in dm.registrations] == [False, False]
     assert dm.resources() == ()
+
+
+def test_refused_registrations(make_dm, make_plugin):
+    """refuse_registrations: the next valid Register calls fail with the reason given,
+    before the plugin is dialled; the one after is accepted."""
+    dm = make_dm()
+    dm.refuse_registrations(2, "not now")
+    plugin = make_plugin(*devs("vf0")).start()
+    for _ in range(2):
+        err = refused(plugin)
+        assert (err.code(), err.details()) == (grpc.StatusCode.UNKNOWN, "not now")
+    assert "GetDevicePluginOptions" not in plugin.methods()
+    plugin.register()
+    registered(dm, allocatable=1)
+    assert [r.result for r in dm.registrations] == ["not now", "not now", "ok"]
+    assert all(r.request_options == PluginOptions() for r in dm.registrations)
 
 
 def test_second_registration_replaces_the_first(make_dm, make_plugin):
@@ -250,6 +270,41 @@ def test_stream_end_marks_unhealthy_then_drops_after_grace(make_dm, make_plugin)
     with pytest.raises(AdmissionError) as info:
         dm.allocate("ns/p", "c", VF, 1)
     assert info.value.reason == f"OutOf{VF}"
+
+
+def test_lists_received_count_the_latest_registrations_lists(make_dm, make_plugin):
+    """Every list counts, an empty one too; a new registration or a restart starts over."""
+    dm = make_dm()
+    assert dm.lists_received(VF) == 0
+    plugin = make_plugin().serve_and_register()
+    assert dm.wait_for(lambda: dm.lists_received(VF) == 1, 5)
+    assert dm.devices(VF) == ()
+    plugin.set_devices(devs("vf0"))
+    assert dm.wait_for(lambda: dm.lists_received(VF) == 2, 5)
+    plugin.end_streams()
+    assert dm.wait_for(lambda: not dm.connected(VF), 5)
+    assert dm.lists_received(VF) == 2
+    plugin.register()
+    assert dm.wait_for(lambda: dm.connected(VF) and dm.lists_received(VF) == 1, 5)
+    dm.restart()
+    assert dm.lists_received(VF) == 0
+
+
+def test_disconnect_ends_the_stream_from_the_kubelets_side(make_dm, make_plugin):
+    """disconnect: the stream ends (it has when the call returns), the devices turn
+    unhealthy, the resource stays; the plugin must register again."""
+    dm = make_dm()
+    assert not dm.disconnect(VF)
+    plugin = make_plugin(*devs("vf0", "vf1")).serve_and_register()
+    registered(dm, allocatable=2)
+    assert dm.disconnect(VF)
+    assert not dm.connected(VF)
+    assert (dm.allocatable(VF), dm.capacity(VF), dm.resources()) == (0, 2, (VF,))
+    assert plugin.wait_streams(0)
+    assert not dm.disconnect(VF)
+    plugin.register()
+    registered(dm, allocatable=2)
+    assert plugin.methods().count("ListAndWatch") == 2
 
 
 def test_short_grace_drops_the_resource(make_dm, make_plugin):
@@ -507,7 +562,7 @@ class PodResources:
     def devices(self, pod: str) -> set[tuple[str, str, int | None]]:
         """(resource, id, NUMA node) of every device a pod's containers hold."""
         resp = self.stub.List(api_pb2.ListPodResourcesRequest(), timeout=5)
-        out = set()
+        out: set[tuple[str, str, int | None]] = set()
         for p in resp.pod_resources:
             if p.name == pod:
                 for c in p.containers:

@@ -85,6 +85,23 @@ def test_from_devices_reads_older_and_gke_ids() -> None:
     assert len(boards) == 4  # the legacy parent, nvidia0, nvidia1 (shared, once), nvidia2
 
 
+def test_from_devices_reads_ids_as_the_exporter_does() -> None:
+    """Ids resolve by ids.resolve: one GPU per canonical UUID, shares of it included;
+    an id of no known shape is a GPU of its own, with a UUID derived from it."""
+    fake = FakeNvml.from_devices(
+        {
+            "nvidia.com/gpu": [(WHOLE[0].upper(), 0)],
+            "nvidia.com/gpu.shared": [(f"{WHOLE[0]}::{i}", 0) for i in range(2)],
+            "nvidia.com/other": [("GPU-not-a-uuid", 1), ("GPU-not-a-uuid::1", 1)],
+        }
+    )
+    inv = NvmlBackend(fake).read()
+    assert [g.uuid for g in inv.gpus if g.numa_node == 0] == [WHOLE[0]]
+    (odd,) = [g for g in inv.gpus if g.numa_node == 1]
+    assert odd.uuid.startswith("GPU-") and odd.uuid != "GPU-not-a-uuid"
+    assert len(odd.processes) == 1  # one share seen
+
+
 def test_from_devices_ignores_other_vendors() -> None:
     """Only nvidia.com resources make GPUs."""
     inv = NvmlBackend(FakeNvml.from_devices({"amd.com/gpu": [("0000:c1:00.0", 0)]})).read()

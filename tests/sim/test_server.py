@@ -19,10 +19,10 @@ from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as alpha_pb2
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2_grpc as alpha_grpc
 from podres_exporter.sim import (
-    GET,
-    GET_ALLOCATABLE,
-    LIST,
-    LIST_V1ALPHA1,
+    V1_GET_ALLOCATABLE_METHOD,
+    V1_GET_METHOD,
+    V1_LIST_METHOD,
+    V1ALPHA1_LIST_METHOD,
     ContainerSpec,
     DeviceSpec,
     KubeletBehaviour,
@@ -327,8 +327,8 @@ def test_old_kubelet_serves_only_v1alpha1(tmp_path: Path) -> None:
         pods = {p.name: p for p in c.list_alpha().pod_resources}
         (dev,) = pods["two-gpus"].containers[0].devices
         assert dev.resource_name == "nvidia.com/gpu" and len(dev.device_ids) == 2
-        assert sim.request_count[LIST] == 0
-        assert sim.request_count[LIST_V1ALPHA1] == 1
+        assert sim.request_count[V1_LIST_METHOD] == 0
+        assert sim.request_count[V1ALPHA1_LIST_METHOD] == 1
         c.channel.close()
 
 
@@ -373,7 +373,12 @@ def test_request_count_per_method(sim: SimKubelet, client: Client) -> None:
     client.list_alpha()
     sim.set_behaviour(get="unimplemented")
     rpc_error(client.get, "default", "pinned")
-    assert sim.request_count == {LIST: 2, GET_ALLOCATABLE: 1, GET: 0, LIST_V1ALPHA1: 1}
+    assert sim.request_count == {
+        V1_LIST_METHOD: 2,
+        V1_GET_ALLOCATABLE_METHOD: 1,
+        V1_GET_METHOD: 0,
+        V1ALPHA1_LIST_METHOD: 1,
+    }
     assert sim.total_requests == 4
     sim.reset_request_counts()
     assert sim.total_requests == 0

@@ -47,6 +47,7 @@ from podres_exporter.deviceplugin.monitor import Board
 from podres_exporter.deviceplugin.servicer import DevicePluginServicer, plugin_options
 from podres_exporter.errors import RegistrationError
 from podres_exporter.fileid import FileIdentity, file_identity
+from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 
 __all__ = [
     "API_VERSION",
@@ -61,8 +62,6 @@ log = structlog.get_logger(__name__)
 
 API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
-# A unix socket path longer than this does not fit sockaddr_un on Linux.
-_MAX_SOCKET_PATH: Final = 107
 
 
 def _is_socket(path: str) -> bool:
@@ -352,12 +351,12 @@ class ResourcePlugin:
         self._dir_missing_logged = False
         name = f"podres-{self.resource.slug[:40]}-{secrets.token_hex(4)}.sock"
         path = os.path.join(os.path.abspath(self._dir), name)
-        if len(path) > _MAX_SOCKET_PATH:
+        if socket_path_too_long(path):
             log.error(
                 "socket_path_too_long",
                 resource=self.resource.name,
                 socket=path,
-                limit=_MAX_SOCKET_PATH,
+                limit=MAX_SOCKET_PATH,
             )
             return None
         executor = ThreadPoolExecutor(

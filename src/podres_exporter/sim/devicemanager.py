@@ -31,6 +31,11 @@ real ``v1beta1`` gRPC protocol and it admits containers through them.
   back). The checkpoint's format is this simulator's own: nobody else is to parse it,
   just as nobody is to parse a real kubelet's.
 
+For tests of a plugin, ``registrations`` records every Register call (the options it
+carried and those the plugin answered), ``lists_received`` counts a registration's
+ListAndWatch lists, ``refuse_registrations`` makes the next Register calls fail and
+``disconnect`` ends a plugin's stream from the kubelet's side.
+
 No lock is held across a gRPC call. ``add_listener`` callbacks run, without locks, on
 the thread that changed the state (a plugin's stream consumer, a Register handler).
 """
@@ -54,7 +59,8 @@ import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as dp
 from podres_exporter.errors import UNEXPECTED_ADMISSION_ERROR, AdmissionError, PreStartError
-from podres_exporter.sim.scenario import extended_resource_problem
+from podres_exporter.kube import extended_resource_problem
+from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 
 __all__ = [
     "CHECKPOINT",
@@ -66,8 +72,8 @@ __all__ = [
     "VERSION",
     "AdmissionError",
     "AllocationResult",
+    "ContainerMount",
     "DeviceNodeSpec",
-    "MountSpec",
     "PluginDevice",
     "PluginOptions",
     "PreStartError",
@@ -89,7 +95,6 @@ PRE_START_TIMEOUT_S = 30.0
 REGISTER = f"/{VERSION}.Registration/Register"
 _PLUGIN = f"/{VERSION}.DevicePlugin"
 _CHECKPOINT_FORMAT = "podres-sim-devicemanager/1"
-_MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +122,17 @@ class PluginDevice:
 
 @dataclass(frozen=True, slots=True)
 class RegistrationRecord:
-    """One ``Register`` call: ``result`` is ``"ok"`` or the error the plugin got."""
+    """One ``Register`` call: ``result`` is ``"ok"`` or the error the plugin got.
+    ``options`` are what the plugin's ``GetDevicePluginOptions`` answered (accepted
+    registrations only: it answers before Register does); ``request_options`` what
+    the RegisterRequest itself carried (None: none), which the kubelet does not use."""
 
     resource: str
     endpoint: str
     version: str
     result: str
     options: PluginOptions | None = None
+    request_options: PluginOptions | None = None
 
     @property
     def ok(self) -> bool:
@@ -132,7 +141,7 @@ class RegistrationRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class MountSpec:
+class ContainerMount:
     """A ``Mount`` of an AllocateResponse."""
 
     container_path: str
@@ -164,7 +173,7 @@ class AllocationResult:
         default_factory=lambda: MappingProxyType({})
     )
     envs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    mounts: tuple[MountSpec, ...] = ()
+    mounts: tuple[ContainerMount, ...] = ()
     devices: tuple[DeviceNodeSpec, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cdi_devices: tuple[str, ...] = ()
@@ -200,7 +209,9 @@ class AllocationResult:
                 {str(d["id"]): None if d.get("numa") is None else tuple(d["numa"]) for d in devices}
             ),
             envs=MappingProxyType(dict(data.get("envs", {}))),
-            mounts=tuple(MountSpec(str(a), str(b), bool(c)) for a, b, c in data.get("mounts", [])),
+            mounts=tuple(
+                ContainerMount(str(a), str(b), bool(c)) for a, b, c in data.get("mounts", [])
+            ),
             devices=tuple(
                 DeviceNodeSpec(str(a), str(b), str(c)) for a, b, c in data.get("device_specs", [])
             ),
@@ -219,6 +230,17 @@ def go_rpc_error(err: grpc.RpcError) -> str:
         else "".join(p.capitalize() for p in code.name.split("_"))
     )
     return f"rpc error: code = {name} desc = {details}"
+
+
+def _options_of(msg: dp.DevicePluginOptions) -> PluginOptions:
+    return PluginOptions(
+        pre_start_required=msg.pre_start_required,
+        get_preferred_allocation_available=msg.get_preferred_allocation_available,
+    )
+
+
+def _requested_options(request: dp.RegisterRequest) -> PluginOptions | None:
+    return _options_of(request.options) if request.HasField("options") else None
 
 
 def _devices_of(msg: dp.ListAndWatchResponse) -> dict[str, PluginDevice]:
@@ -279,8 +301,17 @@ class _Endpoint:
         )
         self.call: Any = None  # the ListAndWatch call, once started
         self.closed = False  # dropped by the kubelet: its stream's end means nothing
+        self.hung_up = False  # its stream ended by the kubelet, which keeps the resource
         self.ended = False  # its stream ended
+        self.lists = 0  # ListAndWatch lists received
         self.thread: threading.Thread | None = None
+
+    def hang_up(self) -> None:
+        """End the stream from the kubelet's side (the channel stays for the consumer)."""
+        self.hung_up = True
+        call = self.call
+        if call is not None:
+            call.cancel()
 
     def close(self) -> None:
         """Stop consuming and close the channel (from any thread, lock not held)."""
@@ -341,9 +372,9 @@ class SimDeviceManager:
             raise ValueError("resource_grace_s >= 0, dial_timeout_s > 0 and workers >= 1")
         self._dir = Path(directory).absolute()
         self._socket = self._dir / KUBELET_SOCKET
-        if len(str(self._socket).encode()) > _MAX_SOCKET_PATH:
+        if socket_path_too_long(self._socket):
             raise ValueError(
-                f"unix socket path too long ({_MAX_SOCKET_PATH} bytes at most): {self._socket}"
+                f"unix socket path too long ({MAX_SOCKET_PATH} bytes at most): {self._socket}"
             )
         self._grace = resource_grace_s
         self._dial_timeout = dial_timeout_s
@@ -362,6 +393,7 @@ class SimDeviceManager:
         self._allocs: dict[tuple[str, str, str], AllocationResult] = {}
         self._reserved: dict[str, set[str]] = {}  # chosen, Allocate in flight
         self._registrations: list[RegistrationRecord] = []
+        self._refusals: list[str] = []  # the reasons for the next Register calls refused
         self._listeners: list[Callable[[str], None]] = []
         self._threads: list[threading.Thread] = []
         self._load_checkpoint()
@@ -448,6 +480,13 @@ class SimDeviceManager:
             res = self._resources.get(resource)
             return bool(res and res.endpoint and res.stopped_at is None)
 
+    def lists_received(self, resource: str) -> int:
+        """How many ListAndWatch lists the resource's latest registration has sent (0: none
+        yet, or none registered since the start); an empty list counts."""
+        with self._lock:
+            res = self._resources.get(resource)
+            return res.endpoint.lists if res and res.endpoint else 0
+
     def allocations(self, pod: str | None = None) -> tuple[AllocationResult, ...]:
         """Every allocation (of one pod), in the order they were made."""
         with self._lock:
@@ -483,6 +522,35 @@ class SimDeviceManager:
         """Forget a listener added by ``add_listener``."""
         with self._lock, contextlib.suppress(ValueError):
             self._listeners.remove(fn)
+
+    def refuse_registrations(self, count: int, reason: str) -> None:
+        """Refuse the next ``count`` Register calls that are otherwise valid: the plugin
+        gets ``reason`` as the error (``UNKNOWN``), as from a kubelet that cannot take
+        it just now, and the record's ``result`` says it."""
+        if count < 0:
+            raise ValueError("count >= 0")
+        with self._lock:
+            self._refusals.extend([reason] * count)
+
+    def disconnect(self, resource: str, timeout: float = 5.0) -> bool:
+        """End the resource's ListAndWatch stream from the kubelet's side, as a kubelet
+        drops a plugin's client, without a restart: the devices turn unhealthy and the
+        plugin must register again (it is never dialled again by itself). Returns once
+        the stream has ended (or ``timeout`` passed); False when none was open."""
+        with self._lock:
+            res = self._resources.get(resource)
+            ep = res.endpoint if res is not None and res.stopped_at is None else None
+        if ep is None:
+            return False
+        ep.hang_up()
+        thread = ep.thread
+        if thread is not None and thread is not threading.current_thread():
+            deadline = time.monotonic() + timeout
+            while thread.ident is None and time.monotonic() < deadline:
+                time.sleep(0.01)  # started once Register has answered
+            if thread.ident is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return True
 
     # ------------------------------------------------------------------ admission
 
@@ -664,7 +732,7 @@ class SimDeviceManager:
             topology=MappingProxyType(topology),
             envs=MappingProxyType(dict(first.envs)),
             mounts=tuple(
-                MountSpec(m.container_path, m.host_path, m.read_only) for m in first.mounts
+                ContainerMount(m.container_path, m.host_path, m.read_only) for m in first.mounts
             ),
             devices=tuple(
                 DeviceNodeSpec(d.container_path, d.host_path, d.permissions) for d in first.devices
@@ -843,6 +911,9 @@ class SimDeviceManager:
             problem = f"the ResourceName {resource!r} is invalid"
         elif not endpoint or endpoint in (".", "..") or "/" in endpoint or "\0" in endpoint:
             problem = f"invalid endpoint {endpoint!r}: not a file name in {self._dir}"
+        else:
+            with self._lock:
+                problem = self._refusals.pop(0) if self._refusals else None
         if problem is not None:
             return self._refuse(request, context, problem)
 
@@ -861,10 +932,7 @@ class SimDeviceManager:
             return self._refuse(
                 request, context, f"failed to get device plugin options: {go_rpc_error(err)}"
             )
-        ep.options = PluginOptions(
-            pre_start_required=answer.pre_start_required,
-            get_preferred_allocation_available=answer.get_preferred_allocation_available,
-        )
+        ep.options = _options_of(answer)
         with self._lock:
             stale = self._epoch != epoch
             if not stale:
@@ -872,7 +940,14 @@ class SimDeviceManager:
                 old, res.endpoint = res.endpoint, ep
                 res.stopped_at = None
                 self._registrations.append(
-                    RegistrationRecord(resource, endpoint, request.version, "ok", ep.options)
+                    RegistrationRecord(
+                        resource,
+                        endpoint,
+                        request.version,
+                        "ok",
+                        ep.options,
+                        _requested_options(request),
+                    )
                 )
                 thread = threading.Thread(
                     target=self._consume,
@@ -908,7 +983,11 @@ class SimDeviceManager:
         with self._lock:
             self._registrations.append(
                 RegistrationRecord(
-                    request.resource_name, request.endpoint, request.version, problem
+                    request.resource_name,
+                    request.endpoint,
+                    request.version,
+                    problem,
+                    request_options=_requested_options(request),
                 )
             )
             self._changed()
@@ -940,7 +1019,7 @@ class SimDeviceManager:
         try:
             call = ep.list_and_watch(dp.Empty())
             ep.call = call
-            if ep.closed:
+            if ep.closed or ep.hung_up:
                 call.cancel()
             for msg in call:
                 devices = _devices_of(msg)
@@ -949,6 +1028,7 @@ class SimDeviceManager:
                     if ep.closed or res is None or res.endpoint is not ep:
                         break
                     res.devices = devices
+                    ep.lists += 1
                     self._changed()
                 log.debug(
                     "sim_device_plugin_devices",

@@ -44,6 +44,8 @@ from typing import Any, Final
 
 import pynvml
 
+from podres_exporter.ids import Kind, normalize_pci, resolve, split_replica
+
 __all__ = [
     "FakeEventData",
     "FakeGpu",
@@ -85,18 +87,21 @@ def _err(code: int) -> Exception:
 
 def _nvml_bus_id(address: str) -> str:
     """``"0000:17:00.0"`` (any case, 4 or 8 domain digits) -> NVML's ``"00000000:17:00.0"``."""
-    m = re.fullmatch(
-        r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])", address
-    )
-    if m is None:
+    canonical = normalize_pci(address)
+    if canonical is None:
         raise ValueError(f"not a PCI address: {address!r}")
-    domain = int(m.group(1) or "0", 16)
-    return f"{domain:08X}:{int(m.group(2), 16):02X}:{int(m.group(3), 16):02X}.{m.group(4)}"
+    domain, rest = canonical.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
 
 
 def _derived_uuid(prefix: str, text: str) -> str:
     h = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
     return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _indexed_gpu_uuid(index: int | None) -> str:
+    """The UUID of the GPU GKE names ``nvidia<index>``."""
+    return _derived_uuid("GPU", f"nvidia{index}")
 
 
 def _clamp(value: float, low: float, high: float) -> float:
@@ -266,10 +271,8 @@ _DEFAULT_MODEL: Final = _MODELS["NVIDIA H100 80GB HBM3"]
 # PCI buses of the eight GPUs of a typical HGX board, lowest first.
 _HGX_BUSES: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
+# The MIG profile in a resource name: nvidia.com/mig-<slices>g.<GB>gb.
 _MIG_PROFILE = re.compile(r"^mig-(\d+)g\.(\d+)gb")
-_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
-_GKE = re.compile(r"^nvidia(\d+)(?:/(vgpu|gi)(\d+))?$")
-_REPLICA = re.compile(r"^(.+)::(\d+)$")
 
 NumaHint = int | Sequence[int] | None
 
@@ -1055,30 +1058,31 @@ def _plan_devices(
         profile = resource.removeprefix("nvidia.com/")
         for device_id, numa_hint in devices:
             numa = _first_numa(numa_hint)
-            replica = _REPLICA.match(device_id)
-            base = replica.group(1) if replica else device_id
-            gke = _GKE.match(base)
-            if legacy := _MIG_LEGACY.match(base):
-                plan = planned(legacy.group(1), numa, mig_parent_name)
+            base, replica = split_replica(device_id)
+            found = resolve(resource, base)
+            if found.kind is Kind.MIG and found.parent_uuid is not None:  # MIG-GPU-<uuid>/gi/ci
+                plan = planned(found.parent_uuid, numa, mig_parent_name)
                 if all(x[0] != base for x in plan.migs):
-                    plan.migs.append((base, int(legacy.group(2)), int(legacy.group(3)), profile))
-            elif base.startswith("MIG-"):
-                if all(x[0] != base for x in pooled):
-                    pooled.append((base, numa, profile))
-            elif gke and gke.group(2) == "gi":
-                plan = planned(_derived_uuid("GPU", f"nvidia{gke.group(1)}"), numa, mig_parent_name)
-                mig_uuid = _derived_uuid("MIG", base)
+                    ci = found.compute_instance or 0
+                    plan.migs.append((base, found.gpu_instance, ci, profile))
+            elif found.kind is Kind.MIG:
+                if all(x[0] != found.key for x in pooled):
+                    pooled.append((found.key, numa, profile))
+            elif found.kind is Kind.MIG_INDEX:
+                plan = planned(_indexed_gpu_uuid(found.gpu_index), numa, mig_parent_name)
+                mig_uuid = _derived_uuid("MIG", found.key)
                 if all(x[0] != mig_uuid for x in plan.migs):
-                    plan.migs.append((mig_uuid, int(gke.group(3)), 0, profile))
+                    plan.migs.append((mig_uuid, found.gpu_instance, 0, profile))
             else:
-                if gke:
-                    uuid = _derived_uuid("GPU", f"nvidia{gke.group(1)}")
-                elif base.startswith("GPU-"):
-                    uuid = base
-                else:
+                if found.kind is Kind.GPU_INDEX:
+                    uuid = _indexed_gpu_uuid(found.gpu_index)
+                    replica = found.replica if replica is None else replica  # nvidia<N>/vgpu<k>
+                elif found.kind is Kind.GPU:
+                    uuid = found.key
+                else:  # an id NVML would not know: a GPU named after it
                     uuid = _derived_uuid("GPU", base)
                 plan = planned(uuid, numa, gpu_name)
-                if replica or (gke and gke.group(2) == "vgpu"):
+                if replica is not None:
                     plan.replicas += 1
     _pack_migs(pooled, plans, mig_parent_name)
     return sorted(plans.values(), key=lambda p: -1 if p.numa is None else p.numa)

@@ -64,20 +64,21 @@ from podres_exporter.sim.scenario import (
     KubeletBehaviour,
     PodSpec,
     Scenario,
-    load_builtin,
 )
+from podres_exporter.sim.scenario_toml import load_builtin
+from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 
 __all__ = [
     "ALL_METHODS",
-    "GET",
-    "GET_ALLOCATABLE",
     "GET_ALLOCATABLE_DISABLED",
     "GET_DISABLED",
-    "LIST",
-    "LIST_V1ALPHA1",
     "RATE_LIMITED",
     "RATE_LIMIT_BURST",
     "RATE_LIMIT_QPS",
+    "V1ALPHA1_LIST_METHOD",
+    "V1_GET_ALLOCATABLE_METHOD",
+    "V1_GET_METHOD",
+    "V1_LIST_METHOD",
     "SimKubelet",
     "TokenBucket",
     "allocatable_message",
@@ -89,11 +90,11 @@ log = structlog.get_logger("podres_exporter.sim")
 
 V1_SERVICE = "v1.PodResourcesLister"
 V1ALPHA1_SERVICE = "v1alpha1.PodResourcesLister"
-LIST = f"/{V1_SERVICE}/List"
-GET_ALLOCATABLE = f"/{V1_SERVICE}/GetAllocatableResources"
-GET = f"/{V1_SERVICE}/Get"
-LIST_V1ALPHA1 = f"/{V1ALPHA1_SERVICE}/List"
-ALL_METHODS = (LIST, GET_ALLOCATABLE, GET, LIST_V1ALPHA1)
+V1_LIST_METHOD = f"/{V1_SERVICE}/List"
+V1_GET_ALLOCATABLE_METHOD = f"/{V1_SERVICE}/GetAllocatableResources"
+V1_GET_METHOD = f"/{V1_SERVICE}/Get"
+V1ALPHA1_LIST_METHOD = f"/{V1ALPHA1_SERVICE}/List"
+ALL_METHODS = (V1_LIST_METHOD, V1_GET_ALLOCATABLE_METHOD, V1_GET_METHOD, V1ALPHA1_LIST_METHOD)
 
 # The kubelet's own words.
 GET_ALLOCATABLE_DISABLED = "Pod Resources API GetAllocatableResources disabled"
@@ -101,9 +102,6 @@ GET_DISABLED = "PodResources API Get method disabled"
 RATE_LIMITED = "rejected by rate limit"
 RATE_LIMIT_QPS = 100.0
 RATE_LIMIT_BURST = 10
-
-# A unix socket path longer than this cannot be bound (sockaddr_un.sun_path).
-_MAX_SOCKET_PATH = 107
 
 
 class TokenBucket:
@@ -308,9 +306,9 @@ class SimKubelet:
             scenario = load_builtin(scenario)
         self._scenario = scenario
         self._socket_path = Path(socket_path).absolute()
-        if len(str(self._socket_path).encode()) > _MAX_SOCKET_PATH:
+        if socket_path_too_long(self._socket_path):
             raise ValueError(
-                f"unix socket path too long ({_MAX_SOCKET_PATH} bytes at most): {self._socket_path}"
+                f"unix socket path too long ({MAX_SOCKET_PATH} bytes at most): {self._socket_path}"
             )
         self._workers = workers
         self._auto_churn = auto_churn
@@ -348,22 +346,22 @@ class SimKubelet:
         self._messages: dict[tuple[str, str], tuple[PodState, DeviceGrouping, Any]] = {}
         self._raw_pods: tuple[Any, ...] = ()
         self._handlers = {
-            LIST: grpc.unary_unary_rpc_method_handler(
+            V1_LIST_METHOD: grpc.unary_unary_rpc_method_handler(
                 self._list,
                 request_deserializer=api_pb2.ListPodResourcesRequest.FromString,
                 response_serializer=api_pb2.ListPodResourcesResponse.SerializeToString,
             ),
-            GET_ALLOCATABLE: grpc.unary_unary_rpc_method_handler(
+            V1_GET_ALLOCATABLE_METHOD: grpc.unary_unary_rpc_method_handler(
                 self._get_allocatable,
                 request_deserializer=api_pb2.AllocatableResourcesRequest.FromString,
                 response_serializer=api_pb2.AllocatableResourcesResponse.SerializeToString,
             ),
-            GET: grpc.unary_unary_rpc_method_handler(
+            V1_GET_METHOD: grpc.unary_unary_rpc_method_handler(
                 self._get,
                 request_deserializer=api_pb2.GetPodResourcesRequest.FromString,
                 response_serializer=api_pb2.GetPodResourcesResponse.SerializeToString,
             ),
-            LIST_V1ALPHA1: grpc.unary_unary_rpc_method_handler(
+            V1ALPHA1_LIST_METHOD: grpc.unary_unary_rpc_method_handler(
                 self._list_v1alpha1,
                 request_deserializer=alpha_pb2.ListPodResourcesRequest.FromString,
                 response_serializer=alpha_pb2.ListPodResourcesResponse.SerializeToString,
@@ -457,7 +455,7 @@ class SimKubelet:
 
     @property
     def request_count(self) -> dict[str, int]:
-        """Requests that reached the simulated kubelet per method path (``LIST`` ...),
+        """Requests that reached the simulated kubelet per method path (``V1_LIST_METHOD`` ...),
         rate-limited ones included; calls to a method or service it does not serve
         (UNIMPLEMENTED) are not counted."""
         with self._lock:
@@ -752,11 +750,14 @@ class SimKubelet:
         if handler is None:
             return None
         behaviour = self.behaviour
-        if method == LIST_V1ALPHA1:
+        if method == V1ALPHA1_LIST_METHOD:
             return handler
         if behaviour.api != "v1":
             return _unimplemented(f"unknown service {V1_SERVICE}")
-        mode = {GET_ALLOCATABLE: behaviour.get_allocatable, GET: behaviour.get}.get(method)
+        mode = {
+            V1_GET_ALLOCATABLE_METHOD: behaviour.get_allocatable,
+            V1_GET_METHOD: behaviour.get,
+        }.get(method)
         if mode == "unimplemented":
             return _unimplemented(
                 f"unknown method {method.rsplit('/', 1)[1]} for service {V1_SERVICE}"
@@ -804,7 +805,7 @@ class SimKubelet:
         return out
 
     def _list(self, request: Any, context: grpc.ServicerContext) -> Any:
-        behaviour, warming = self._enter(LIST, context)
+        behaviour, warming = self._enter(V1_LIST_METHOD, context)
         pods = self._listed_pods(behaviour, warming)
         with self._lock:
             raw = [] if warming else list(self._raw_pods)
@@ -813,7 +814,7 @@ class SimKubelet:
         )
 
     def _list_v1alpha1(self, request: Any, context: grpc.ServicerContext) -> Any:
-        behaviour, warming = self._enter(LIST_V1ALPHA1, context)
+        behaviour, warming = self._enter(V1ALPHA1_LIST_METHOD, context)
         grouping = behaviour.device_grouping
         pods = self._listed_pods(behaviour, warming)
         return alpha_pb2.ListPodResourcesResponse(
@@ -821,7 +822,7 @@ class SimKubelet:
         )
 
     def _get_allocatable(self, request: Any, context: grpc.ServicerContext) -> Any:
-        behaviour, warming = self._enter(GET_ALLOCATABLE, context)
+        behaviour, warming = self._enter(V1_GET_ALLOCATABLE_METHOD, context)
         if behaviour.get_allocatable == "disabled":
             context.abort(grpc.StatusCode.UNKNOWN, GET_ALLOCATABLE_DISABLED)
         return allocatable_message(
@@ -829,7 +830,7 @@ class SimKubelet:
         )
 
     def _get(self, request: Any, context: grpc.ServicerContext) -> Any:
-        behaviour, warming = self._enter(GET, context)
+        behaviour, warming = self._enter(V1_GET_METHOD, context)
         if behaviour.get == "disabled":
             context.abort(grpc.StatusCode.UNKNOWN, GET_DISABLED)
         pod = None if warming else self._node.pod(request.pod_namespace, request.pod_name)
