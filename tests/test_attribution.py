@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from podres_exporter.attribution import build_index, parse_cgroup
+from podres_exporter.attribution import build_index, container_of, parse_cgroup
 from podres_exporter.model import Holder
 from podres_exporter.sources.procfs import parse_proc_stat, read_cpu_times, read_pid_cgroups
 from podres_exporter.telemetry import CgroupRef
@@ -43,9 +43,9 @@ def test_index_from_log_names() -> None:
         [f"trainer-0_ml_main-{CID}.log", "not-a-log.txt"],
         [f"ml_trainer-0_{UID}", "junk"],
     )
-    assert idx.holder(CgroupRef(UID, CID)) == Holder("ml", "trainer-0", "main")
+    assert container_of(idx, CgroupRef(UID, CID)) == Holder("ml", "trainer-0", "main")
     assert idx.by_pod_uid[UID] == ("ml", "trainer-0")
-    assert idx.holder(CgroupRef(UID, "0" * 64)) is None
+    assert container_of(idx, CgroupRef(UID, "0" * 64)) is None
 
 
 def test_proc_stat_per_cpu_id() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ def exposition(sim: SimKubelet) -> str:
     store = Store()
     try:
         Poller(reader, store).poll_once()
-        body = Exposition(store, reader.enabled, "0.0.0-golden").body(openmetrics=False, gz=False)
+        families = partial(reader.families, version="0.0.0-golden")
+        body = Exposition(store, families).body(openmetrics=False, gz=False)
     finally:
         reader.close()
         backend.close()

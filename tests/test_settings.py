@@ -40,7 +40,9 @@ def test_collector_switches_from_every_source(tmp_path: Path) -> None:
     """collector.NAME from file, PODRES_COLLECTOR_NAME and --no-collector.NAME all apply."""
     cfg = tmp_path / "c.toml"
     cfg.write_text("[collector]\ncpu = false\n")
-    assert build({}, {}, config_path=str(cfg), collector_names=NAMES).collectors == {"cpu": False}
+    assert build({}, {}, config_path=str(cfg), collector_names=NAMES).collector_overrides == {
+        "cpu": False
+    }
     s = build(
         {},
         {"PODRES_COLLECTOR_DEVICES": "off"},
@@ -48,7 +50,7 @@ def test_collector_switches_from_every_source(tmp_path: Path) -> None:
         collector_names=NAMES,
         collector_flags={"cpu": True},
     )
-    assert s.collectors == {"cpu": True, "devices": False}
+    assert s.collector_overrides == {"cpu": True, "devices": False}
 
 
 @pytest.mark.parametrize(

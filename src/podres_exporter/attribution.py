@@ -51,3 +51,10 @@ def build_index(container_logs: Iterable[str], pod_dirs: Iterable[str]) -> Conta
         if m := _POD_DIR.match(name):
             by_uid[m.group("uid")] = (m.group("ns"), m.group("pod"))
     return ContainerIndex(MappingProxyType(by_id), MappingProxyType(by_uid))
+
+
+def container_of(index: ContainerIndex, ref: CgroupRef) -> Holder | None:
+    """The container of a cgroup, by container ID; None when the logs do not name it."""
+    if ref.container_id and ref.container_id in index.by_container_id:
+        return index.by_container_id[ref.container_id]
+    return None

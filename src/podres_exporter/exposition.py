@@ -11,13 +11,12 @@ from __future__ import annotations
 import gzip
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.collectors import Collector, RenderContext, collect_all
+from podres_exporter.collectors.kubelet import snapshot_age
 from podres_exporter.poller import Store
 from podres_exporter.view import NodeView
 from podres_exporter.web import render_registry
@@ -35,26 +34,29 @@ class _Families:
         return self._families
 
 
-def _render(families: Iterable[Metric], openmetrics: bool) -> bytes:
+def render_families(families: Iterable[Metric], openmetrics: bool) -> bytes:
+    """Families in the text format, or OpenMetrics (with its ``# EOF``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families))
     return render_registry(registry, openmetrics=openmetrics)
 
 
 class Exposition:
-    """Renders and caches the exposition of the Store's current view."""
+    """Renders and caches the exposition of the Store's current view.
+
+    ``families`` turns a view into its metric families (the exporter passes its
+    NodeReader's :meth:`~podres_exporter.reader.NodeReader.families`).
+    """
 
     def __init__(
         self,
         store: Store,
-        collectors: Sequence[Collector],
-        version: str,
+        families: Callable[[NodeView], Iterable[Metric]],
         *,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._collectors = tuple(collectors)
-        self._version = version
+        self._families = families
         self._wall = wall_clock
         self._lock = threading.Lock()
         self._cache_generation = -1
@@ -73,12 +75,8 @@ class Exposition:
             if key not in self._cache:
                 plain = self._cache.get((openmetrics, False))
                 if plain is None:
-                    families = (
-                        collect_all(self._collectors, RenderContext(view, self._version))
-                        if view
-                        else []
-                    )
-                    plain = _render(families, openmetrics)
+                    families = self._families(view) if view else []
+                    plain = render_families(families, openmetrics)
                     if openmetrics and plain.endswith(_EOF):
                         plain = plain[: -len(_EOF)]
                     self._cache[(openmetrics, False)] = plain
@@ -88,15 +86,8 @@ class Exposition:
             return self._cache[key]
 
     def _live_part(self, view: NodeView | None, openmetrics: bool) -> bytes:
-        age = GaugeMetricFamily(
-            "podres_snapshot_age_seconds",
-            "Seconds since the served kubelet data was read; "
-            "grows while the kubelet is unreachable.",
-        )
-        if view is not None and view.snapshot.reading is not None:
-            age.add_metric([], max(0.0, self._wall() - view.snapshot.reading.taken_at))
-        families = [age, *self._live.collect()]
-        return _render(families, openmetrics)
+        families = [snapshot_age(view, self._wall()), *self._live.collect()]
+        return render_families(families, openmetrics)
 
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
         """The full exposition; gzip as two concatenated members when ``gz``."""

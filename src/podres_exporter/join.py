@@ -9,8 +9,9 @@ container gets that container as its holder; a device with several holders
 no holder, so a sum over pods never counts it twice, and the holders are listed
 by the resolution info metric. An id that matches nothing is counted.
 
-No I/O, no clock: the previous view is passed in where a rate or an idle time
-needs two readings.
+No I/O, no clock: the previous telemetry and the idle times so far are passed in
+where a rate or an idle time needs two readings. GPU processes are tied to their
+containers by :func:`~podres_exporter.attribution.container_of`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from podres_exporter.accounting import Accounting
+from podres_exporter.attribution import container_of
 from podres_exporter.ids import DEFAULT_GPU_RESOURCES, Kind, Resolved, resolve
 from podres_exporter.model import Holder, KubeletReading, NodeTopology
 from podres_exporter.telemetry import (
@@ -33,7 +35,8 @@ from podres_exporter.telemetry import (
     Telemetry,
 )
 
-# A physical target: ("gpu", uuid) | ("pci", address) | ("drm", card) | ("net", interface).
+# A physical target: ("gpu", uuid) | ("pci", address) | ("drm", card) | ("net", interface)
+# | ("ib", HCA device).
 Target = tuple[str, str]
 
 
@@ -228,7 +231,7 @@ def _gpu_usage(rows: Iterable[GpuRow], t: Telemetry) -> list[GpuHolderUsage]:
         )
         for p in row.gpu.processes:
             ref = t.pid_cgroups.get(p.pid)
-            holder = index.holder(ref) if index is not None and ref is not None else None
+            holder = container_of(index, ref) if index is not None and ref is not None else None
             if holder not in row.held.holders:
                 holder = None
             buckets[holder].append((p.used_memory_bytes, p.sm_ratio, p.memory_ratio))

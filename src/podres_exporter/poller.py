@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import structlog
 
 from podres_exporter.errors import KubeletError
-from podres_exporter.model import KubeletReading, NodeTopology
+from podres_exporter.model import KubeletReading
 from podres_exporter.reader import NodeReader, Observation
 from podres_exporter.view import NodeView
 
@@ -115,7 +115,6 @@ class Poller:
         self._failures = 0
         self._last_error_kind: str | None = None
         self._reading: KubeletReading | None = None
-        self._topology = NodeTopology(online_cpus=frozenset())
         self._suspect_since: float | None = None
         self._suspect_total = 0
 
@@ -124,9 +123,7 @@ class Poller:
     def poll_once(self) -> float:
         """Poll once, publish when there is something new; return the seconds to wait."""
         seen = self._reader.observe()
-        if seen.topology is not None:
-            self._topology = seen.topology
-        else:
+        if seen.topology_error is not None:
             log.error("topology_read_failed", error=str(seen.topology_error))
         if seen.reading is None:
             assert seen.kubelet_error is not None
@@ -179,8 +176,6 @@ class Poller:
         view = self._reader.view(
             seen,
             generation=self._generation,
-            topology=self._topology,
-            reading=self._reading,
             previous=self._store.current(),
             suspect_empty_readings=self._suspect_total,
         )

@@ -35,7 +35,7 @@ from podres_exporter.model import KubeletReading, NodeTopology, PodAlloc, Reques
 from podres_exporter.settings import Settings
 from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.devices import read_devices
-from podres_exporter.sources.gpu import GpuBackend
+from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.procfs import read_container_index, read_cpu_times, read_pid_cgroups
 from podres_exporter.telemetry import SourceStatus, Telemetry
@@ -183,14 +183,14 @@ def build_sources(
     settings: Settings, enabled: Iterable[Collector], gpu_backend: GpuBackend | None
 ) -> dict[str, TelemetrySource]:
     """The telemetry sources the enabled collectors need, and only those."""
-    names = {c.name for c in enabled}
+    needed = frozenset().union(*(c.needs for c in enabled))
     sources: dict[str, TelemetrySource] = {}
-    if "gpu" in names and gpu_backend is not None:
+    if "gpu" in needed and gpu_backend is not None:
         sources["gpu"] = gpu_source(gpu_backend, settings)
-    if names & {"pci", "net", "infiniband", "drm"}:
+    if "sysfs" in needed:
         sysfs = settings.path_sysfs
         sources["sysfs"] = lambda: {"devices": read_devices(sysfs)}
-    if "cpu_usage" in names:
+    if "cpu" in needed:
         procfs = settings.path_procfs
         sources["cpu"] = lambda: {"cpu_times": read_cpu_times(procfs)}
     return sources
@@ -199,16 +199,9 @@ def build_sources(
 def enabled_collectors(settings: Settings) -> tuple[Collector, ...]:
     """The collectors switched on by the settings; ConfigError for an unknown name."""
     try:
-        return collectors.select(settings.collectors)
+        return collectors.select(settings.collector_overrides)
     except KeyError as err:
         raise ConfigError(f"unknown collector {err.args[0]!r}") from err
-
-
-def open_gpu_backend() -> GpuBackend:
-    """The NVML backend over the real pynvml; "no data" on a node without NVIDIA driver."""
-    from podres_exporter.sources.gpu import open_nvml_backend
-
-    return open_nvml_backend()
 
 
 # ---------------------------------------------------------------- the reader
@@ -282,8 +275,8 @@ class NodeReader:
         runner = None
         if telemetry:
             own_backend = None
-            if gpu_backend is None and any(c.name == "gpu" for c in chosen):
-                gpu_backend = own_backend = open_gpu_backend()
+            if gpu_backend is None and any("gpu" in c.needs for c in chosen):
+                gpu_backend = own_backend = open_nvml_backend()
             sources = build_sources(settings, chosen, gpu_backend)
             if sources:
                 runner = SourceRunner(
@@ -338,16 +331,18 @@ class NodeReader:
         seen: Observation,
         *,
         generation: int,
-        topology: NodeTopology,
-        reading: KubeletReading | None,
         previous: NodeView | None = None,
         suspect_empty_readings: int = 0,
     ) -> NodeView:
-        """Account what the caller chose to serve of ``seen`` into a NodeView.
+        """Account ``seen`` into a NodeView, serving the last good data for a failed part.
 
-        ``topology`` and ``reading`` may be older than ``seen`` (the last good ones);
-        ``seen`` gives the kubelet's state, its request statistics and the telemetry.
+        A topology or kubelet reading that failed is replaced by ``previous``'s (the
+        last good one; an empty topology or no reading before there is one). ``seen``
+        always gives the kubelet's state, its request statistics and the telemetry.
         """
+        last = previous.snapshot if previous is not None else None
+        topology = seen.topology or (last.topology if last else NodeTopology(frozenset()))
+        reading = seen.reading or (last.reading if last else None)
         error = seen.kubelet_error
         snap = Snapshot(
             generation=generation,

@@ -100,7 +100,8 @@ class Settings:
     gpu_resources: tuple[str, ...]
     log_level: str
     log_format: str
-    collectors: Mapping[str, bool] = field(default_factory=dict)
+    # --collector.NAME switches given (name -> on/off); the others keep their default.
+    collector_overrides: Mapping[str, bool] = field(default_factory=dict)
 
 
 def build(
@@ -137,4 +138,4 @@ def build(
                 collectors[name] = parse_bool(file_values[f"collector.{name}"])
         except ValueError as err:
             raise ConfigError(f"invalid value for --collector.{name}: {err}") from err
-    return Settings(**values, collectors=collectors)
+    return Settings(**values, collector_overrides=collectors)

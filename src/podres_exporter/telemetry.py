@@ -241,12 +241,6 @@ class ContainerIndex:
     by_container_id: Mapping[str, Holder] = field(default_factory=lambda: MappingProxyType({}))
     by_pod_uid: Mapping[str, tuple[str, str]] = field(default_factory=lambda: MappingProxyType({}))
 
-    def holder(self, ref: CgroupRef) -> Holder | None:
-        """The container of a cgroup, by container ID; None when the logs do not name it."""
-        if ref.container_id and ref.container_id in self.by_container_id:
-            return self.by_container_id[ref.container_id]
-        return None
-
 
 # ------------------------------------------------------------------------- all of it
 

@@ -224,7 +224,7 @@ def test_big_response_through_the_exporter(make_sim: MakeSim, make_exporter: Mak
 def test_collector_switches(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
     """A disabled collector's families are absent and it reports no success series."""
     sim = make_sim("minimal")
-    exp = make_exporter(sim, collectors={"cpu": False})
+    exp = make_exporter(sim, collector_overrides={"cpu": False})
     wait_until(lambda: ready(exp))
     s = scrape(exp.url)
     assert not select(s, "podres_node_cpus")

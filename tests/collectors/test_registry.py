@@ -17,6 +17,7 @@ class Broken:
     name = "broken"
     default_enabled = True
     description = "always fails"
+    needs: frozenset[str] = frozenset()
 
     def collect(self, ctx: RenderContext) -> Iterator[Metric]:
         raise RuntimeError("boom")

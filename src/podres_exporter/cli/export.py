@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import structlog
 
 from podres_exporter import __version__, process
@@ -33,7 +35,7 @@ class Exporter:
             backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s),
             empty_confirm_s=settings.empty_confirm_s,
         )
-        self.exposition = Exposition(self.store, self.reader.enabled, __version__)
+        self.exposition = Exposition(self.store, partial(self.reader.families, version=__version__))
         try:
             self.server = self._listen()
         except BaseException:

@@ -7,7 +7,6 @@ import sys
 
 from podres_exporter import collectors, process
 from podres_exporter.errors import ConfigError, KubeletError, KubeletUnavailable
-from podres_exporter.model import NodeTopology
 from podres_exporter.reader import NodeReader
 from podres_exporter.report import to_dict
 from podres_exporter.settings import Settings
@@ -38,13 +37,11 @@ def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool 
         assert seen.kubelet_error is not None
         print(f"podres snapshot: {_kubelet_problem(seen.kubelet_error)}", file=sys.stderr)
         return 1
-    topology = seen.topology
-    if topology is None:
+    if seen.topology is None:  # accounted without NUMA nodes or online CPUs
         print(
             f"podres snapshot: warning: {seen.topology_error} (set --path.sysfs)", file=sys.stderr
         )
-        topology = NodeTopology(online_cpus=frozenset())
-    view = reader.view(seen, generation=1, topology=topology, reading=seen.reading)
+    view = reader.view(seen, generation=1)
     json.dump(to_dict(view, only=found), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

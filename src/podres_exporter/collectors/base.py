@@ -32,6 +32,9 @@ class Collector(Protocol):
     name: str
     default_enabled: bool
     description: str
+    # The telemetry sources it reads ("gpu", "sysfs", "cpu"): the reader runs only those
+    # that some enabled collector needs.
+    needs: frozenset[str]
 
     def collect(self, ctx: RenderContext) -> Iterable[Metric]:
         """The families for ``ctx``; may raise, the registry guards each call."""
@@ -51,6 +54,7 @@ class PartCollector(Generic[_P]):
     part: Callable[[RenderContext], _P | None]
     render: Callable[[_P], Iterable[Metric]]
     default_enabled: bool = True
+    needs: frozenset[str] = frozenset()
 
     def collect(self, ctx: RenderContext) -> Iterable[Metric]:
         part = self.part(ctx)

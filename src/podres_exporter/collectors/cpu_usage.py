@@ -39,4 +39,5 @@ COLLECTOR: Final = PartCollector(
     "busy time of each exclusive CPU and the shared pool's busy ratio per NUMA node",
     joined,
     _families,
+    needs=frozenset({"cpu"}),
 )

@@ -61,4 +61,5 @@ COLLECTOR: Final = PartCollector(
     "AMD (amdgpu) and Intel GPU telemetry from DRM cards",
     joined,
     lambda j: _CARDS.render(j.drm),
+    needs=frozenset({"sysfs"}),
 )

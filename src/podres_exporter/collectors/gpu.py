@@ -256,4 +256,5 @@ COLLECTOR: Final = PartCollector(
     "NVIDIA GPU and MIG telemetry from NVML, with the holding container",
     view,
     _families,
+    needs=frozenset({"gpu"}),
 )

@@ -86,4 +86,5 @@ COLLECTOR: Final = PartCollector(
     "InfiniBand / RDMA port state and counters of the kubelet's HCAs",
     joined,
     lambda j: _PORTS.render(j.infiniband),
+    needs=frozenset({"sysfs"}),
 )

@@ -94,3 +94,14 @@ COLLECTOR: Final = PartCollector(
     view,
     _families,
 )
+
+
+def snapshot_age(served: NodeView | None, now: float) -> Metric:
+    """``podres_snapshot_age_seconds`` at ``now``: rendered when it is served, not cached."""
+    age = GaugeMetricFamily(
+        "podres_snapshot_age_seconds",
+        "Seconds since the served kubelet data was read; grows while the kubelet is unreachable.",
+    )
+    if served is not None and served.snapshot.reading is not None:
+        age.add_metric([], max(0.0, now - served.snapshot.reading.taken_at))
+    return age

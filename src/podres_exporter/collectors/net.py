@@ -86,4 +86,5 @@ COLLECTOR: Final = PartCollector(
     "traffic counters and link state of the kubelet's network functions (SR-IOV)",
     joined,
     lambda j: _NET.render(j.net),
+    needs=frozenset({"sysfs"}),
 )

@@ -100,4 +100,5 @@ COLLECTOR: Final = PartCollector(
     "PCI link, AER errors, temperature and power of the kubelet's PCI devices",
     joined,
     lambda j: _PCI.render(j.pci),
+    needs=frozenset({"sysfs"}),
 )

@@ -8,8 +8,9 @@ Degrades instead of dying:
 - v1 answers UNIMPLEMENTED: fall back to v1alpha1 List (devices only).
 - GetAllocatableResources UNIMPLEMENTED or disabled by its feature gate: go on
   without it; :attr:`KubeletClient.allocatable_support` says why, logged once.
-- The socket is re-created (kubelet restart, new inode): the channel is rebuilt
-  and the optional RPCs are probed again (the new kubelet may be another version).
+- The socket is re-created (a kubelet restart; a new file, as
+  :mod:`~podres_exporter.fileid` tells): the channel is rebuilt and the optional RPCs
+  are probed again (the new kubelet may be another version).
 
 Every gRPC error becomes one of :mod:`podres_exporter.errors`; backoff between
 attempts is the caller's (the poller's) business.
@@ -261,7 +262,7 @@ class KubeletClient:
         self._wall = wall_clock
         self._stats = _Stats()
         self._channel: grpc.Channel | None = None
-        self._inode: FileIdentity | None = None
+        self._socket_id: FileIdentity | None = None
         self._v1: Any = None
         self._v1alpha1: Any = None
         self.api_version = ApiVersion.V1
@@ -271,15 +272,15 @@ class KubeletClient:
     # -- channel
 
     def _connect(self) -> None:
-        """(Re)build the channel when there is none or the socket has a new inode."""
-        inode = file_identity(self.socket_path)
-        if inode is None:
+        """(Re)build the channel when there is none or the socket is a new file (fileid.py)."""
+        socket_id = file_identity(self.socket_path)
+        if socket_id is None:
             raise KubeletUnavailable(
                 f"kubelet socket {self.socket_path} does not exist (set --kubelet-socket)",
                 method=LIST,
                 code="UNAVAILABLE",
             )
-        if self._channel is not None and inode == self._inode:
+        if self._channel is not None and socket_id == self._socket_id:
             return
         if self._channel is not None:
             log.info("kubelet_socket_recreated", socket=self.socket_path)
@@ -298,7 +299,7 @@ class KubeletClient:
                 ("grpc.max_reconnect_backoff_ms", 1000),
             ],
         )
-        self._inode = inode
+        self._socket_id = socket_id
         # The generated gRPC stubs carry no type hints.
         self._v1 = v1_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
         self._v1alpha1 = v1alpha1_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
@@ -312,7 +313,7 @@ class KubeletClient:
         if self._channel is not None:
             self._channel.close()
         self._channel = None
-        self._inode = None
+        self._socket_id = None
 
     # -- calls
 

@@ -140,33 +140,26 @@ class LocalSource:
 
     def read(self) -> Reading:
         from podres_exporter import __version__
+        from podres_exporter.collectors.kubelet import snapshot_age
 
         previous = self._view
         seen = self._reader.observe()
-        topology = seen.topology
-        if topology is None:
-            if previous is None:
+        if previous is None:  # the first reading must succeed; later ones keep the last good
+            if seen.topology is None:
                 raise FetchError(f"{seen.topology_error} (--path.sysfs)", exit_code=2)
-            topology = previous.snapshot.topology
-        reading = seen.reading
-        if reading is None and previous is not None:
-            reading = previous.snapshot.reading
-        if reading is None:
-            error = seen.kubelet_error
-            code = 2 if isinstance(error, KubeletUnavailable) else 1
-            raise FetchError(
-                f"cannot read the kubelet at {self.settings.kubelet_socket} "
-                f"(--kubelet-socket): {error}",
-                exit_code=code,
-            )
+            if seen.reading is None:
+                error = seen.kubelet_error
+                code = 2 if isinstance(error, KubeletUnavailable) else 1
+                raise FetchError(
+                    f"cannot read the kubelet at {self.settings.kubelet_socket} "
+                    f"(--kubelet-socket): {error}",
+                    exit_code=code,
+                )
         self._generation += 1
-        view = self._reader.view(
-            seen, generation=self._generation, topology=topology, reading=reading, previous=previous
-        )
+        view = self._reader.view(seen, generation=self._generation, previous=previous)
         self._view = view
-        families = self._reader.families(view, __version__)
-        age = Sample("podres_snapshot_age_seconds", {}, max(0.0, seen.taken_at - reading.taken_at))
-        return Reading((*samples_from_families(families), age), seen.taken_at, self.origin)
+        families = [*self._reader.families(view, __version__), snapshot_age(view, seen.taken_at)]
+        return Reading(samples_from_families(families), seen.taken_at, self.origin)
 
     def close(self) -> None:
         self._reader.close()

@@ -31,7 +31,6 @@ from podres_exporter.top.fetch import (
     LocalSource,
     PrometheusSource,
     Source,
-    check_socket,
 )
 from podres_exporter.top.jsonout import to_json
 from podres_exporter.top.render import render
@@ -209,7 +208,6 @@ def open_source(
 
     flags = {flag: getattr(ns, attr) for attr, flag in _LOCAL_FLAGS.items() if getattr(ns, attr)}
     settings = build_settings(flags, env, collector_names=tuple(collectors.BY_NAME))
-    check_socket(settings.kubelet_socket)
     # The exporter's machinery logs; a log line would tear a live frame, and once only
     # errors go to stderr.
     logconf.configure("error", stream=io.StringIO() if live else sys.stderr, json=False)
