@@ -32,7 +32,7 @@ import footprint
 
 from podres_exporter.accounting import account
 from podres_exporter.cli.export import Exporter
-from podres_exporter.exposition import _render
+from podres_exporter.exposition import render_families
 from podres_exporter.reader import NodeReader
 from podres_exporter.settings import build
 from podres_exporter.sim import Scenario, SimKubelet, load_builtin, write_sysfs
@@ -69,11 +69,11 @@ def run(name: str, scenario: Scenario, repeat: int, scrapes: int) -> dict[str, f
             reading, topo = seen.reading, seen.topology
             poll = median_s(reader.observe, repeat)
             acc = median_s(lambda: account(reading, topo), repeat)
-            view = reader.view(seen, generation=1, topology=topo, reading=reading)
+            view = reader.view(seen, generation=1)
             render = median_s(
-                lambda: _render(reader.families(view, "bench"), openmetrics=False), repeat
+                lambda: render_families(reader.families(view, "bench"), openmetrics=False), repeat
             )
-            body = _render(reader.families(view, "bench"), openmetrics=False)
+            body = render_families(reader.families(view, "bench"), openmetrics=False)
             reader.close()
             exp = Exporter(settings)
             exp.start()
@@ -119,12 +119,10 @@ def main() -> int:
     if not ns.quick:
         scenarios.append(("20k pods (>4 MiB List)", Scenario.synthetic(pods=20000)))
     print(f"python {sys.version.split()[0]}; medians of {repeat} runs, {scrapes} scrapes")
-    header = (
+    footprint.print_head(
         f"{'scenario':<24} {'pods':>6} {'poll':>9} {'account':>9} {'render':>9} "
         f"{'scrape':>9} {'body':>9} {'gzip':>8}"
     )
-    print(header)
-    print("-" * len(header))
     for name, sc in scenarios:
         r = run(name, sc, repeat, scrapes)
         print(

@@ -440,18 +440,22 @@ def derive(base: Daemon, larger: Sequence[Daemon] = ()) -> Resources:
     )
 
 
+def print_head(header: str) -> None:
+    """A table's header line, then a rule as long."""
+    print(header)
+    print("-" * len(header))
+
+
 def report(rows: Sequence[tuple[str, Daemon]], window_s: float) -> None:
     print(
         f"\ndaemon footprint: steady window {window_s:.0f} s, --poll-interval {POLL_INTERVAL}, "
         f"/metrics scraped every {SCRAPE_EVERY_S:.0f} s (OpenMetrics, gzip); "
         f"{os.cpu_count()} CPUs here"
     )
-    header = (
+    print_head(
         f"{'process':<30} {'steady':>7} {'burst':>7} {'RSS ready':>10} {'RSS end':>8} "
         f"{'HWM':>7} {'start-up':>9} {'thr':>4} {'scrape':>8}"
     )
-    print(header)
-    print("-" * len(header))
     for name, d in rows:
         print(
             f"{name:<30} {d.steady_cpu * 100:>6.1f}% {d.burst_cpu * 100:>6.1f}% "

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 
 import pytest
 import structlog
@@ -164,21 +164,42 @@ def exporter_settings(sim: SimKubelet, **overrides: Any) -> Settings:
     return replace(base, **overrides)
 
 
+class Daemon(Protocol):
+    """What a factory fixture starts and stops: the exporter, the device plugin."""
+
+    def start(self) -> None: ...
+
+    def stop(self, reason: str = ...) -> None: ...
+
+
+D = TypeVar("D", bound=Daemon)
+
+
+def started_daemons(build: Callable[..., D]) -> Iterator[Callable[..., D]]:
+    """The body of a factory fixture: each daemon ``build`` makes is started, and stopped
+    at teardown."""
+    started: list[D] = []
+
+    def factory(*args: Any, **kwargs: Any) -> D:
+        daemon = build(*args, **kwargs)
+        daemon.start()
+        started.append(daemon)
+        return daemon
+
+    yield factory
+    for daemon in started:
+        daemon.stop("test teardown")
+
+
 @pytest.fixture
 def make_exporter() -> Iterator[Callable[..., Exporter]]:
     """Start an Exporter against a sim; stopped at teardown."""
-    started: list[Exporter] = []
 
-    def factory(sim: SimKubelet, **overrides: Any) -> Exporter:
+    def build(sim: SimKubelet, **overrides: Any) -> Exporter:
         backend = sim.host.gpu_backend()  # type: ignore[attr-defined]
-        exp = Exporter(exporter_settings(sim, **overrides), gpu_backend=backend)
-        exp.start()
-        started.append(exp)
-        return exp
+        return Exporter(exporter_settings(sim, **overrides), gpu_backend=backend)
 
-    yield factory
-    for e in started:
-        e.stop("test teardown")
+    yield from started_daemons(build)
 
 
 def free_port() -> int:

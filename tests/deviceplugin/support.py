@@ -48,6 +48,20 @@ def files(kubelet: SimDeviceManager) -> list[str]:
     return sorted(p.name for p in kubelet.directory.iterdir() if CHECKPOINT not in p.name)
 
 
+def plugin_flags(
+    config: Path, plugin_dir: Path, sysfs: Path, *, log_format: str = "json"
+) -> list[str]:
+    """The command line of a plugin under test: its resource file, the kubelet's
+    device-plugins directory, a sysfs tree, HTTP on any free port, logs in ``log_format``."""
+    return [
+        "--config", str(config),
+        "--device-plugin-dir", str(plugin_dir),
+        "--listen-address", "127.0.0.1:0",
+        "--path.sysfs", str(sysfs),
+        "--log-format", log_format,
+    ]  # fmt: skip
+
+
 VF_ADDRESSES = ("0000:af:02.0", "0000:af:02.1", "0000:af:02.2", "0000:af:02.3")
 
 

@@ -18,6 +18,7 @@ from podres_exporter.sim import Scenario, SimKubelet
 from podres_exporter.sim.hostfs import SimHost
 from podres_exporter.sources.kubelet import KubeletClient
 from tests.conftest import wait_until
+from tests.deviceplugin.support import plugin_flags
 
 MakeSim = Callable[..., SimKubelet]
 VF = "podres.io/rdma-vf"
@@ -53,18 +54,9 @@ def start_plugin(sim: SimKubelet, tmp_path: Path) -> subprocess.Popen[str]:
             "-m",
             "podres_exporter",
             "plugin",
-            "--config",
-            str(config),
-            "--device-plugin-dir",
-            str(sim.device_manager.directory),
-            "--path.sysfs",
-            str(host.sysfs),
-            "--listen-address",
-            "127.0.0.1:0",
+            *plugin_flags(config, sim.device_manager.directory, host.sysfs),
             "--health-interval",
             "200ms",
-            "--log-format",
-            "json",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -17,10 +17,16 @@ import pytest
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
 from podres_exporter.options import parse_listen_address
-from podres_exporter.sim.devicemanager import HEALTHY, UNHEALTHY, PluginDevice, PluginOptions
+from podres_exporter.sim.devicemanager import (
+    HEALTHY,
+    UNHEALTHY,
+    PluginDevice,
+    PluginOptions,
+    SimDeviceManager,
+)
 from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
-from tests.conftest import http_get, wait_until
+from tests.conftest import http_get, started_daemons, wait_until
 from tests.deviceplugin.support import (
     VF_ADDRESSES,
     accepted,
@@ -48,11 +54,8 @@ HEALTHY_VFS = [PluginDevice(a, HEALTHY, (0,)) for a in VF_ADDRESSES]
 @pytest.fixture
 def make_plugin(sockdir: Path, tmp_path: Path) -> Iterator[Callable[..., DevicePlugin]]:
     """Start the plugin on ``sockdir/plugins`` with a devtree sysfs; stopped at teardown."""
-    started: list[DevicePlugin] = []
 
-    def factory(
-        config: str = CONFIG, *, sysfs: bool = True, gpu_backend: Any = None
-    ) -> DevicePlugin:
+    def build(config: str = CONFIG, *, sysfs: bool = True, gpu_backend: Any = None) -> DevicePlugin:
         (sockdir / "plugins").mkdir(exist_ok=True)
         root = tmp_path / "sys"
         root.mkdir(exist_ok=True)
@@ -67,14 +70,23 @@ def make_plugin(sockdir: Path, tmp_path: Path) -> Iterator[Callable[..., DeviceP
             path_sysfs=str(root),
             path_dev=str(tmp_path / "dev"),
         )
-        plugin = build_plugin(settings, gpu_backend=gpu_backend)
-        plugin.start()
-        started.append(plugin)
-        return plugin
+        return build_plugin(settings, gpu_backend=gpu_backend)
 
-    yield factory
-    for p in started:
-        p.stop("test teardown")
+    yield from started_daemons(build)
+
+
+Running = tuple[SimDeviceManager, DevicePlugin]
+
+
+@pytest.fixture
+def running(
+    make_kubelet: Callable[..., SimDeviceManager], make_plugin: Callable[..., DevicePlugin]
+) -> Running:
+    """A kubelet and the plugin, once the kubelet has the plugin's devices."""
+    kubelet = make_kubelet()
+    plugin = make_plugin()
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    return kubelet, plugin
 
 
 def registration_errors(plugin: DevicePlugin) -> float:
@@ -141,14 +153,10 @@ def test_a_kubelet_that_appears_later_is_registered_with(
     assert http_get(plugin.url + "/readyz")[0] == 200
 
 
-def test_the_kubelet_vanishing_mid_stream_then_returning(
-    make_kubelet: Any, make_plugin: Any
-) -> None:
+def test_the_kubelet_vanishing_mid_stream_then_returning(running: Running) -> None:
     """The stream ends with the kubelet, the plugin keeps serving; a returning kubelet
     (new socket) gets a registration within 2 s."""
-    kubelet = make_kubelet()
-    plugin = make_plugin()
-    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet, plugin = running
     first = accepted(kubelet)[-1].endpoint
     kubelet.stop()  # the socket stays, stale; the stream ends
     assert kubelet.wait_for(lambda: not kubelet.connected(RESOURCE))
@@ -169,13 +177,9 @@ def test_the_kubelet_vanishing_mid_stream_then_returning(
     assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
 
 
-def test_a_kubelet_restart_gets_a_fresh_socket_registered_within_2s(
-    make_kubelet: Any, make_plugin: Any
-) -> None:
+def test_a_kubelet_restart_gets_a_fresh_socket_registered_within_2s(running: Running) -> None:
     """kubelet.sock re-created and our socket deleted: a new socket, registered < 2 s."""
-    kubelet = make_kubelet()
-    plugin = make_plugin()
-    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet, plugin = running
     first = accepted(kubelet)[-1].endpoint
     kubelet.restart()
     restarted = time.monotonic()
@@ -191,33 +195,27 @@ def test_a_kubelet_restart_gets_a_fresh_socket_registered_within_2s(
     assert kubelet_restarts(plugin) == 1
 
 
-def test_kubelet_restarts_get_one_registration_each_and_a_live_stream(
-    make_kubelet: Any, make_plugin: Any
-) -> None:
+def test_kubelet_restarts_get_one_registration_each_and_a_live_stream(running: Running) -> None:
     """Five kubelet restarts: each gets exactly one registration, and the kubelet ends up
     with a live stream each time (a second registration right after the first would make
     a real kubelet disconnect the newer endpoint when the older stream ends)."""
-    kubelet = make_kubelet()
-    make_plugin()
-    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet, _ = running
     for n in range(2, 7):
         kubelet.restart()
-        assert kubelet.wait_for(
-            lambda n=n: len(accepted(kubelet)) >= n and advertised(kubelet, RESOURCE)
-        )
+
+        def registered_again(n: int = n) -> bool:
+            return len(accepted(kubelet)) >= n and bool(advertised(kubelet, RESOURCE))
+
+        assert kubelet.wait_for(registered_again)
         time.sleep(0.5)  # a second, spurious registration would come within this
         assert len(accepted(kubelet)) == n
         assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
 
 
-def test_a_stream_ended_by_the_kubelet_is_registered_again(
-    make_kubelet: Any, make_plugin: Any
-) -> None:
+def test_a_stream_ended_by_the_kubelet_is_registered_again(running: Running) -> None:
     """The kubelet ends ListAndWatch without restarting (it never dials again by itself):
     the plugin registers again and the devices flow."""
-    kubelet = make_kubelet()
-    plugin = make_plugin()
-    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet, plugin = running
     assert kubelet.disconnect(RESOURCE)  # returns once the stream has ended
     assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2 and advertised(kubelet, RESOURCE))
     assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
@@ -227,13 +225,9 @@ def test_a_stream_ended_by_the_kubelet_is_registered_again(
     assert registered == 1
 
 
-def test_a_deleted_plugin_socket_is_served_and_registered_again(
-    make_kubelet: Any, make_plugin: Any
-) -> None:
+def test_a_deleted_plugin_socket_is_served_and_registered_again(running: Running) -> None:
     """Someone deletes our socket file: a new one is served and registered."""
-    kubelet = make_kubelet()
-    make_plugin()
-    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet, _ = running
     first = accepted(kubelet)[-1].endpoint
     os.unlink(kubelet.directory / first)
     assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2, timeout=3)
@@ -241,14 +235,10 @@ def test_a_deleted_plugin_socket_is_served_and_registered_again(
     assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE) == HEALTHY_VFS)
 
 
-def test_the_device_plugin_directory_replaced_under_the_plugin(
-    make_kubelet: Any, make_plugin: Any
-) -> None:
+def test_the_device_plugin_directory_replaced_under_the_plugin(running: Running) -> None:
     """The whole directory goes away and comes back with a kubelet: the plugin waits,
     then serves in the new directory and registers."""
-    kubelet = make_kubelet()
-    plugin = make_plugin()
-    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet, plugin = running
     kubelet.stop(remove_socket=True)
     # Gone at once (renamed away, then deleted), not file by file: a plugin seeing its
     # socket deleted serves a fresh one, which could land in the half-deleted directory.
@@ -299,11 +289,9 @@ def test_metrics_and_health_endpoints(make_kubelet: Any, make_plugin: Any) -> No
         assert line in text
 
 
-def test_stop_ends_the_stream_and_removes_the_socket(make_kubelet: Any, make_plugin: Any) -> None:
+def test_stop_ends_the_stream_and_removes_the_socket(running: Running) -> None:
     """Stopping ends the kubelet's stream and leaves only kubelet.sock behind."""
-    kubelet = make_kubelet()
-    plugin = make_plugin()
-    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    kubelet, plugin = running
     begun = time.monotonic()
     plugin.stop("test")
     assert time.monotonic() - begun < 3.0

@@ -16,7 +16,7 @@ from podres_exporter.deviceplugin.main import (
     run_plugin,
 )
 from podres_exporter.errors import ConfigError
-from tests.deviceplugin.support import advertised, files, write_sysfs
+from tests.deviceplugin.support import advertised, files, plugin_flags, write_sysfs
 
 CONFIG = """
 [plugin]
@@ -73,22 +73,10 @@ def test_run_plugin_serves_until_stopped_then_returns_0(
     kubelet = make_kubelet()
     write_sysfs(tmp_path / "sys")
     (tmp_path / "plugin.toml").write_text(CONFIG)
-    ns = parse(
-        [
-            "--config",
-            str(tmp_path / "plugin.toml"),
-            "--device-plugin-dir",
-            str(kubelet.directory),
-            "--listen-address",
-            "127.0.0.1:0",
-            "--path.sysfs",
-            str(tmp_path / "sys"),
-            "--log-format",
-            "console",
-            "--log-level",
-            "warning",
-        ]
+    flags = plugin_flags(
+        tmp_path / "plugin.toml", kubelet.directory, tmp_path / "sys", log_format="console"
     )
+    ns = parse([*flags, "--log-level", "warning"])
     stop = threading.Event()
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(run_plugin(ns, {}, stop=stop)))

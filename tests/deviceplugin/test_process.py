@@ -21,6 +21,7 @@ from tests.deviceplugin.support import (
     accepted,
     advertised,
     files,
+    plugin_flags,
     plugin_stub,
     write_sysfs,
 )
@@ -100,20 +101,7 @@ def plugin_process(
     write_sysfs(tmp_path / "sys", vfio=True)
     config = tmp_path / "plugin.toml"
     config.write_text(CONFIG)
-    process = PluginProcess(
-        [
-            "--config",
-            str(config),
-            "--device-plugin-dir",
-            str(kubelet.directory),
-            "--listen-address",
-            "127.0.0.1:0",
-            "--path.sysfs",
-            str(tmp_path / "sys"),
-            "--log-format",
-            "json",
-        ]
-    )
+    process = PluginProcess(plugin_flags(config, kubelet.directory, tmp_path / "sys"))
     yield process, kubelet
     if process.proc.poll() is None:
         process.proc.kill()

@@ -107,6 +107,15 @@ def hadolint() -> Path:
     return Path(found)
 
 
+def _run_at_root(
+    argv: list[str], env: dict[str, str], *, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run in the repository root with ``env``, its output captured as text."""
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=check
+    )
+
+
 def _run_hadolint(hadolint: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """hadolint on the Dockerfile, strictest threshold, no configuration but the command line."""
     config = tmp_path / "hadolint.yaml"
@@ -114,15 +123,8 @@ def _run_hadolint(hadolint: Path, tmp_path: Path, *extra: str) -> subprocess.Com
     env = {k: v for k, v in os.environ.items() if not k.startswith("HADOLINT_")}
     schema = [f"--require-label={OCI}{key}:{kind}" for key, kind in LABEL_SCHEMA.items()]
     strict = ["--no-color", "--failure-threshold", "style", "--strict-labels", *schema]
-    return subprocess.run(
-        [str(hadolint), "--config", str(config), *strict, *extra, str(DOCKERFILE)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    argv = [str(hadolint), "--config", str(config), *strict, *extra, str(DOCKERFILE)]
+    return _run_at_root(argv, env)
 
 
 def test_hadolint_passes(hadolint: Path, tmp_path: Path) -> None:
@@ -272,16 +274,8 @@ def test_make_image_passes_the_pyproject_version() -> None:
     env.pop("IMAGE_BUILD_FLAGS", None)
 
     def dry_run(*args: str) -> str:
-        result = subprocess.run(
-            ["make", "-s", "-n", "image", f"PYTHON={sys.executable}", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return result.stdout.strip()
+        argv = ["make", "-s", "-n", "image", f"PYTHON={sys.executable}", *args]
+        return _run_at_root(argv, env, check=True).stdout.strip()
 
     default = shlex.split(dry_run())
     assert default[1:3] == ["build", "-f"]

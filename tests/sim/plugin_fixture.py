@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as dp
+from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 
 VERSION = "v1beta1"
-SERVICE = f"{VERSION}.DevicePlugin"
 
 Preferred = Callable[[list[str], list[str], int], Sequence[str]]
 
@@ -58,7 +58,7 @@ def prefer_last(available: list[str], must: list[str], size: int) -> list[str]:
     return list(must) + rest[: max(0, size - len(must))]
 
 
-class FakePlugin:
+class FakePlugin(dp_grpc.DevicePluginServicer):
     """A device plugin for ``resource`` serving ``<directory>/<endpoint>``."""
 
     def __init__(
@@ -155,37 +155,8 @@ class FakePlugin:
         self.directory.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
-        handlers = {
-            "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(
-                self._get_options,
-                request_deserializer=dp.Empty.FromString,
-                response_serializer=dp.DevicePluginOptions.SerializeToString,
-            ),
-            "ListAndWatch": grpc.unary_stream_rpc_method_handler(
-                self._list_and_watch,
-                request_deserializer=dp.Empty.FromString,
-                response_serializer=dp.ListAndWatchResponse.SerializeToString,
-            ),
-            "GetPreferredAllocation": grpc.unary_unary_rpc_method_handler(
-                self._get_preferred,
-                request_deserializer=dp.PreferredAllocationRequest.FromString,
-                response_serializer=dp.PreferredAllocationResponse.SerializeToString,
-            ),
-            "Allocate": grpc.unary_unary_rpc_method_handler(
-                self._allocate,
-                request_deserializer=dp.AllocateRequest.FromString,
-                response_serializer=dp.AllocateResponse.SerializeToString,
-            ),
-            "PreStartContainer": grpc.unary_unary_rpc_method_handler(
-                self._pre_start,
-                request_deserializer=dp.PreStartContainerRequest.FromString,
-                response_serializer=dp.PreStartContainerResponse.SerializeToString,
-            ),
-        }
-        server = grpc.server(
-            ThreadPoolExecutor(max_workers=16, thread_name_prefix="fake-plugin"),
-            handlers=[grpc.method_handlers_generic_handler(SERVICE, handlers)],
-        )
+        server = grpc.server(ThreadPoolExecutor(max_workers=16, thread_name_prefix="fake-plugin"))
+        dp_grpc.add_DevicePluginServicer_to_server(self, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         server.start()
         self._server = server
@@ -297,11 +268,11 @@ class FakePlugin:
             out.append(dev)
         return dp.ListAndWatchResponse(devices=out)
 
-    def _get_options(self, request: dp.Empty, context: grpc.ServicerContext) -> Any:
+    def GetDevicePluginOptions(self, request: dp.Empty, context: grpc.ServicerContext) -> Any:
         self._record("GetDevicePluginOptions", request)
         return self._options()
 
-    def _list_and_watch(self, request: dp.Empty, context: grpc.ServicerContext) -> Iterator[Any]:
+    def ListAndWatch(self, request: dp.Empty, context: grpc.ServicerContext) -> Iterator[Any]:
         self._record("ListAndWatch", request)
         with self._cond:
             self._streams += 1
@@ -329,7 +300,7 @@ class FakePlugin:
                 self._streams -= 1
                 self._cond.notify_all()
 
-    def _get_preferred(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetPreferredAllocation(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record("GetPreferredAllocation", request)
         if self.preferred_error is not None:
             context.abort(*self.preferred_error)
@@ -348,7 +319,7 @@ class FakePlugin:
             ]
         )
 
-    def _allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def Allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record("Allocate", request)
         if self.allocate_gate is not None:
             self.allocate_gate.wait(30)
@@ -377,7 +348,7 @@ class FakePlugin:
             )
         return dp.AllocateResponse(container_responses=responses)
 
-    def _pre_start(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def PreStartContainer(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record("PreStartContainer", request)
         if self.pre_start_error is not None:
             context.abort(*self.pre_start_error)

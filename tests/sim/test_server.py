@@ -249,27 +249,6 @@ def test_policy_none_has_empty_allocatable_cpus(tmp_path: Path) -> None:
         c.channel.close()
 
 
-@pytest.mark.parametrize(
-    ("mode", "code", "details"),
-    [
-        ("disabled", grpc.StatusCode.UNKNOWN, "Pod Resources API GetAllocatableResources disabled"),
-        (
-            "unimplemented",
-            grpc.StatusCode.UNIMPLEMENTED,
-            "unknown method GetAllocatableResources for service v1.PodResourcesLister",
-        ),
-    ],
-)
-def test_get_allocatable_switched_off(
-    sim: SimKubelet, client: Client, mode: str, code: grpc.StatusCode, details: str
-) -> None:
-    """GetAllocatableResources gated off answers UNKNOWN; missing, UNIMPLEMENTED."""
-    sim.set_behaviour(get_allocatable=mode)
-    err = rpc_error(client.allocatable)
-    assert err.code() == code
-    assert err.details() == details
-
-
 # ------------------------------------------------------------------------------ Get
 
 
@@ -281,23 +260,40 @@ def test_get_returns_one_pod(client: Client) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "code", "details"),
+    ("knob", "mode", "answer"),
     [
-        ("disabled", grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled"),
         (
+            "get_allocatable",
+            "disabled",
+            (grpc.StatusCode.UNKNOWN, "Pod Resources API GetAllocatableResources disabled"),
+        ),
+        (
+            "get_allocatable",
             "unimplemented",
-            grpc.StatusCode.UNIMPLEMENTED,
-            "unknown method Get for service v1.PodResourcesLister",
+            (
+                grpc.StatusCode.UNIMPLEMENTED,
+                "unknown method GetAllocatableResources for service v1.PodResourcesLister",
+            ),
+        ),
+        ("get", "disabled", (grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")),
+        (
+            "get",
+            "unimplemented",
+            (grpc.StatusCode.UNIMPLEMENTED, "unknown method Get for service v1.PodResourcesLister"),
         ),
     ],
 )
-def test_get_switched_off(
-    sim: SimKubelet, client: Client, mode: str, code: grpc.StatusCode, details: str
+def test_optional_rpc_switched_off(
+    sim: SimKubelet, client: Client, knob: str, mode: str, answer: tuple[grpc.StatusCode, str]
 ) -> None:
-    """Get gated off answers UNKNOWN with the kubelet's message; missing, UNIMPLEMENTED."""
-    sim.set_behaviour(get=mode)
-    err = rpc_error(client.get, "default", "pinned")
-    assert (err.code(), err.details()) == (code, details)
+    """GetAllocatableResources or Get gated off answers UNKNOWN with the kubelet's message;
+    missing, UNIMPLEMENTED."""
+    sim.set_behaviour(**{knob: mode})
+    if knob == "get":
+        err = rpc_error(client.get, "default", "pinned")
+    else:
+        err = rpc_error(client.allocatable)
+    assert (err.code(), err.details()) == answer
 
 
 def test_get_of_unknown_pod(client: Client) -> None:

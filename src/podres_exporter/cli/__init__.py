@@ -38,22 +38,18 @@ def _add_options(
         group = p.add_argument_group("collectors")
         for c in collectors.ALL:
             state = "on" if c.default_enabled else "off"
-            group.add_argument(
-                f"--collector.{c.name}",
-                dest=f"collector.{c.name}",
-                action="store_const",
-                const=True,
-                default=None,
-                help=f"enable {c.description} (default {state})",
-            )
-            group.add_argument(
-                f"--no-collector.{c.name}",
-                dest=f"collector.{c.name}",
-                action="store_const",
-                const=False,
-                default=None,
-                help=argparse.SUPPRESS,
-            )
+            for switch, const, text in (
+                (f"--collector.{c.name}", True, f"enable {c.description} (default {state})"),
+                (f"--no-collector.{c.name}", False, argparse.SUPPRESS),
+            ):
+                group.add_argument(
+                    switch,
+                    dest=f"collector.{c.name}",
+                    action="store_const",
+                    const=const,
+                    default=None,
+                    help=text,
+                )
 
 
 def parser() -> argparse.ArgumentParser:

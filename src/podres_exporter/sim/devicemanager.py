@@ -47,7 +47,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,8 +58,10 @@ import grpc
 import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as dp
+from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from podres_exporter.errors import UNEXPECTED_ADMISSION_ERROR, AdmissionError, PreStartError
 from podres_exporter.kube import extended_resource_problem
+from podres_exporter.sim.grpcserve import bind, old_inode_held, shut_down, unlink_socket
 from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 
 __all__ = [
@@ -93,7 +95,6 @@ PRE_START_TIMEOUT_S = 30.0
 
 
 REGISTER = f"/{VERSION}.Registration/Register"
-_PLUGIN = f"/{VERSION}.DevicePlugin"
 _CHECKPOINT_FORMAT = "podres-sim-devicemanager/1"
 
 
@@ -273,32 +274,12 @@ class _Endpoint:
                 ("grpc.max_reconnect_backoff_ms", 200),
             ],
         )
-        ch = self.channel
-        self.get_options: Any = ch.unary_unary(
-            f"{_PLUGIN}/GetDevicePluginOptions",
-            request_serializer=dp.Empty.SerializeToString,
-            response_deserializer=dp.DevicePluginOptions.FromString,
-        )
-        self.list_and_watch: Any = ch.unary_stream(
-            f"{_PLUGIN}/ListAndWatch",
-            request_serializer=dp.Empty.SerializeToString,
-            response_deserializer=dp.ListAndWatchResponse.FromString,
-        )
-        self.get_preferred: Any = ch.unary_unary(
-            f"{_PLUGIN}/GetPreferredAllocation",
-            request_serializer=dp.PreferredAllocationRequest.SerializeToString,
-            response_deserializer=dp.PreferredAllocationResponse.FromString,
-        )
-        self.allocate: Any = ch.unary_unary(
-            f"{_PLUGIN}/Allocate",
-            request_serializer=dp.AllocateRequest.SerializeToString,
-            response_deserializer=dp.AllocateResponse.FromString,
-        )
-        self.pre_start: Any = ch.unary_unary(
-            f"{_PLUGIN}/PreStartContainer",
-            request_serializer=dp.PreStartContainerRequest.SerializeToString,
-            response_deserializer=dp.PreStartContainerResponse.FromString,
-        )
+        stub = dp_grpc.DevicePluginStub(self.channel)  # type: ignore[no-untyped-call]
+        self.get_options: Any = stub.GetDevicePluginOptions
+        self.list_and_watch: Any = stub.ListAndWatch
+        self.get_preferred: Any = stub.GetPreferredAllocation
+        self.allocate: Any = stub.Allocate
+        self.pre_start: Any = stub.PreStartContainer
         self.call: Any = None  # the ListAndWatch call, once started
         self.closed = False  # dropped by the kubelet: its stream's end means nothing
         self.hung_up = False  # its stream ended by the kubelet, which keeps the resource
@@ -819,16 +800,9 @@ class SimDeviceManager:
                     res.endpoint = None
                     res.stopped_at = now
                 self._changed()
-            with self._old_inode_held() as hold:
+            with old_inode_held(self._socket, self) as hold:
                 self._clean_directory(keep=hold)
-                try:
-                    port = server.add_insecure_port(f"unix:{self._socket}")
-                except RuntimeError as exc:
-                    executor.shutdown(wait=False)
-                    raise OSError(f"cannot bind {self._socket}: {exc}") from exc
-                if port == 0:
-                    executor.shutdown(wait=False)
-                    raise OSError(f"cannot bind {self._socket}")
+                bind(server, executor, self._socket)
                 server.start()
             self._server, self._executor = server, executor
             log.info("sim_device_manager_started", socket=str(self._socket))
@@ -860,17 +834,10 @@ class SimDeviceManager:
                 if t.ident is not None and t is not threading.current_thread():
                     t.join(timeout=5.0)
             if server is not None:
-                # gRPC unlinks its socket on shutdown: put the same inode back, stale.
-                with self._old_inode_held() as hold:
-                    server.stop(grace=None).wait()
-                    if hold is not None and not remove_socket and not self._socket.exists():
-                        os.link(hold, self._socket)
-                if executor is not None:
-                    executor.shutdown(wait=True, cancel_futures=True)
+                shut_down(server, executor, self._socket, owner=self, stale=not remove_socket)
                 log.info("sim_device_manager_stopped", socket=str(self._socket))
             if remove_socket:
-                with contextlib.suppress(FileNotFoundError):
-                    self._socket.unlink()
+                unlink_socket(self._socket)
         self._notify(*self.resources())
 
     def restart(self, gap_s: float = 0.0) -> None:
@@ -1142,21 +1109,6 @@ class SimDeviceManager:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
-
-    @contextlib.contextmanager
-    def _old_inode_held(self) -> Iterator[Path | None]:
-        """Hold the current kubelet.sock inode, so a new socket cannot reuse its number."""
-        hold = self._dir / f".{KUBELET_SOCKET}.{os.getpid()}.{id(self):x}.old"
-        try:
-            os.link(self._socket, hold)
-        except OSError:
-            yield None
-            return
-        try:
-            yield hold
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                hold.unlink()
 
     def _write_checkpoint(self) -> None:
         """Write allocations and registered devices (this simulator's own format)."""

@@ -617,15 +617,7 @@ class _Writer:
             self.intel(d, spec)
 
     def nic(self, parent: Path, d: Path, pf: NicPf) -> None:
-        if pf.interface is not None:
-            self.netdev(
-                d,
-                pf.interface,
-                operstate=pf.operstate,
-                carrier=pf.carrier,
-                speed=pf.speed_mbps,
-                stats=pf.stats,
-            )
+        self.ethernet(d, pf)
         if pf.temperature_celsius is not None:
             self.hwmon(d, pf.driver, {"temp1_input": _milli(pf.temperature_celsius)})
         if pf.vfs:
@@ -645,15 +637,19 @@ class _Writer:
             )
             self.link(v / "physfn", d)
             self.link(d / f"virtfn{i}", v)
-            if vf.interface is not None:
-                self.netdev(
-                    v,
-                    vf.interface,
-                    operstate=vf.operstate,
-                    carrier=vf.carrier,
-                    speed=vf.speed_mbps,
-                    stats=vf.stats,
-                )
+            self.ethernet(v, vf)
+
+    def ethernet(self, d: Path, function: NicPf | NicVf) -> None:
+        """The Ethernet netdev of a NIC's physical or virtual function, if it has one."""
+        if function.interface is not None:
+            self.netdev(
+                d,
+                function.interface,
+                operstate=function.operstate,
+                carrier=function.carrier,
+                speed=function.speed_mbps,
+                stats=function.stats,
+            )
 
     def amd(self, d: Path, gpu: AmdGpu) -> None:
         for key, value in (

@@ -31,12 +31,10 @@ the resource's allocatable count grows (when its plugin registers, say).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -49,6 +47,7 @@ import structlog
 from podres_exporter._generated.podresources.v1 import api_pb2
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as alpha_pb2
 from podres_exporter.sim.devicemanager import SimDeviceManager
+from podres_exporter.sim.grpcserve import bind, old_inode_held, shut_down, unlink_socket
 from podres_exporter.sim.node import (
     ChurnEvent,
     ContainerState,
@@ -655,17 +654,9 @@ class SimKubelet:
             )
             # Keep the old inode alive while the new socket is bound, so that the new
             # socket cannot reuse its number: a client watching the inode sees a restart.
-            with self._old_inode_held():
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                try:
-                    port = server.add_insecure_port(f"unix:{path}")
-                except RuntimeError as exc:
-                    executor.shutdown(wait=False)
-                    raise OSError(f"cannot bind {path}: {exc}") from exc
-                if port == 0:
-                    executor.shutdown(wait=False)
-                    raise OSError(f"cannot bind {path}")
+            with old_inode_held(path, self):
+                unlink_socket(path)
+                bind(server, executor, path)
                 with self._lock:
                     self._ready_at = time.monotonic() + max(0.0, warmup)
                 server.start()
@@ -690,17 +681,10 @@ class SimKubelet:
             self._server = self._executor = None
             path = self._socket_path
             if server is not None:
-                # gRPC unlinks its socket on shutdown; put the same inode back, stale.
-                with self._old_inode_held() as hold:
-                    server.stop(grace=None).wait()
-                    if hold is not None and not remove_socket and not path.exists():
-                        os.link(hold, path)
-                if executor is not None:
-                    executor.shutdown(wait=True, cancel_futures=True)
+                shut_down(server, executor, path, owner=self, stale=not remove_socket)
                 log.info("sim_kubelet_stopped", socket=str(path), stale=not remove_socket)
             if remove_socket:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+                unlink_socket(path)
 
     def restart(self, warmup: float = 0.1, *, device_manager: bool = True) -> None:
         """Stop, then start with a NEW socket inode and a ``warmup`` window. Churn that
@@ -727,21 +711,6 @@ class SimKubelet:
         tb: TracebackType | None,
     ) -> None:
         self.stop(remove_socket=True)
-
-    @contextlib.contextmanager
-    def _old_inode_held(self) -> Iterator[Path | None]:
-        path = self._socket_path
-        hold = path.with_name(f".{path.name}.{os.getpid()}.{id(self):x}.old")
-        try:
-            os.link(path, hold)
-        except OSError:
-            yield None
-            return
-        try:
-            yield hold
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                hold.unlink()
 
     # ------------------------------------------------------------------ RPCs
 
