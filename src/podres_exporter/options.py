@@ -173,13 +173,17 @@ def resolve(
         raise ConfigError(f"invalid value for {opt.flag} (from {origin}): {err}") from err
 
 
-def read_config_file(path: str) -> dict[str, Any]:
-    """The config file's keys, flattened (``[path] sysfs`` -> ``path.sysfs``)."""
+def read_toml(path: str) -> dict[str, Any]:
+    """The TOML file that ``--config`` names; ConfigError naming the flag."""
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except OSError as err:
         raise ConfigError(f"config file {path} (--config): {err.strerror or err}") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} (--config) is not valid TOML: {err}") from err
-    return _flatten(data)
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The config file's keys, flattened (``[path] sysfs`` -> ``path.sysfs``)."""
+    return _flatten(read_toml(path))

@@ -40,7 +40,6 @@ the key (``resource[1].discover.kind``; resources count from 0). Pure apart from
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -49,7 +48,7 @@ from typing import Any, Final
 
 from podres_exporter.errors import ConfigError
 from podres_exporter.kube import NameProblem, extended_resource_problem
-from podres_exporter.options import parse_duration
+from podres_exporter.options import parse_duration, read_toml
 
 __all__ = [
     "DEFAULT_HEALTH_INTERVAL_S",
@@ -402,15 +401,8 @@ def load_config(
     xid_unhealthy_for_s: float | None = None,
 ) -> PluginConfig:
     """Read and validate the resource file at ``path`` (see :func:`parse_config`)."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as err:
-        raise ConfigError(f"config file {path} (--config): {err.strerror or err}") from err
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config file {path} (--config) is not valid TOML: {err}") from err
     return parse_config(
-        data,
+        read_toml(path),
         source=path,
         health_interval_s=health_interval_s,
         xid_unhealthy_for_s=xid_unhealthy_for_s,
