@@ -9,6 +9,7 @@ from podres_exporter.ids import (
     Resolved,
     is_gpu_resource,
     normalize_pci,
+    replica_id,
     resolve,
     split_replica,
 )
@@ -79,12 +80,17 @@ def test_gpu_resources_are_configurable() -> None:
         ("00000000:17:00.0", "0000:17:00.0"),
         ("AF:06.1", "0000:af:06.1"),
         ("0001:3b:00.7", "0001:3b:00.7"),
+        ("0000:AF:02.1", "0000:af:02.1"),
+        (" af:02.1\n", "0000:af:02.1"),
+        ("10000:00:00.0", "10000:00:00.0"),
         ("0000:af:06.8", None),
         ("17:00", None),
+        ("GPU-f38b2ffc", None),
     ],
 )
 def test_normalize_pci(raw: str, norm: str | None) -> None:
-    """NVML's 8-digit domains and short forms normalise; function numbers above 7 are not PCI."""
+    """NVML's 8-digit domains, VMD's 5-digit ones and short forms normalise to lower case;
+    function numbers above 7 are not PCI."""
     assert normalize_pci(raw) == norm
 
 
@@ -103,3 +109,18 @@ def test_normalize_pci(raw: str, norm: str | None) -> None:
 def test_split_replica(device_id: str, parts: tuple[str, int | None]) -> None:
     """The ``::n`` suffix comes off whatever the id's shape; nothing else does."""
     assert split_replica(device_id) == parts
+
+
+@pytest.mark.parametrize("base", [f"GPU-{U}", f"MIG-{V}", "0000:af:02.0", "kvm-7", "a::b"])
+@pytest.mark.parametrize("replica", [0, 3, 1023])
+def test_replica_id_is_what_split_replica_takes_apart(base: str, replica: int) -> None:
+    """``<id>::n`` is built in one place and parsed in another: they agree."""
+    made = replica_id(base, replica)
+    assert made == f"{base}::{replica}"
+    assert split_replica(made) == (base, replica)
+
+
+def test_a_replica_id_resolves_to_its_device() -> None:
+    assert resolve("nvidia.com/gpu", replica_id(f"GPU-{U}", 2)) == Resolved(
+        Kind.GPU, f"GPU-{U}", replica=2
+    )

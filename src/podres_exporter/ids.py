@@ -93,6 +93,12 @@ def is_gpu_resource(resource: str, patterns: Iterable[str] = DEFAULT_GPU_RESOURC
     return any(fnmatchcase(resource, p) for p in patterns)
 
 
+def replica_id(base: str, replica: int) -> str:
+    """``("GPU-8a7f...", 3)`` -> ``"GPU-8a7f...::3"``: replica ``replica`` of the device
+    ``base`` names (time-slicing, MPS); :func:`split_replica` takes it apart."""
+    return f"{base}::{replica}"
+
+
 def split_replica(device_id: str) -> tuple[str, int | None]:
     """``"GPU-8a7f...::3"`` -> ``("GPU-8a7f...", 3)``; an id without ``::n`` -> ``(id, None)``.
 

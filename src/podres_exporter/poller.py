@@ -4,8 +4,9 @@ Each poll reads the node through a :class:`~podres_exporter.reader.NodeReader`
 (topology, kubelet, telemetry), decides what to serve, and publishes the immutable
 :class:`~podres_exporter.view.NodeView` the reader accounts. When the kubelet
 fails, the last good reading stays published with ``kubelet_up`` false, and the
-next attempt waits an exponential backoff with jitter (the kubelet's rate limit
-is global: hammering it hurts every client on the node).
+next attempt waits an exponential backoff with jitter
+(:class:`~podres_exporter.backoff.Backoff`; the kubelet's rate limit is global:
+hammering it hurts every client on the node).
 
 A kubelet that has just restarted answers for a short while with no pods and
 no allocatable CPUs. A reading that lost every pod, or every allocatable CPU, at
@@ -19,10 +20,10 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import structlog
 
+from podres_exporter.backoff import Backoff
 from podres_exporter.errors import KubeletError
 from podres_exporter.model import KubeletReading
 from podres_exporter.reader import NodeReader, Observation
@@ -58,21 +59,6 @@ class Store:
                     return None
                 self._cond.wait(left)
             return self._view
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Exponential backoff with jitter.
-
-    The n-th retry waits a random time in [d/2, d], d = min(max, initial * 2^(n-1)).
-    """
-
-    initial_s: float = 1.0
-    max_s: float = 30.0
-
-    def delay(self, failures: int, rng: random.Random) -> float:
-        d = min(self.max_s, self.initial_s * (2 ** max(failures - 1, 0)))
-        return rng.uniform(d / 2, d)
 
 
 def _cpus(reading: KubeletReading) -> frozenset[int]:

@@ -13,6 +13,7 @@ from podres_exporter.deviceplugin import inventory as inv
 from podres_exporter.deviceplugin.config import PluginConfig, ResourceConfig, parse_config
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Discoverer, Monitor
+from podres_exporter.ids import replica_id, split_replica
 from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_exporter.telemetry import GpuInventory, GpuReading, NetReading, SysfsDevices
@@ -310,6 +311,16 @@ def test_ids_never_exceed_63_characters_and_stay_distinct(key: str, replica: int
     else:
         assert made != inv.device_id(key[:-1] + "z", replica)
         assert made.endswith(suffix)
+
+
+def test_a_shortened_id_no_longer_names_its_device() -> None:
+    """A replica id is ``<key>::n`` (ids.replica_id); shortened, its base is not the key."""
+    assert inv.device_id(GPU_A, 3) == replica_id(GPU_A, 3)
+    long_key = "k" * 70
+    base, replica = split_replica(inv.device_id(long_key, 3))
+    assert replica == 3
+    assert base != long_key
+    assert len(base) == inv.MAX_ID_LENGTH - len("::3")
 
 
 def test_the_monitor_publishes_only_changes_and_counts_devices(tmp_path: Path) -> None:

@@ -15,7 +15,12 @@ import grpc
 import pytest
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
-from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
+from podres_exporter.deviceplugin.main import (
+    DevicePlugin,
+    PluginSettings,
+    build_plugin,
+    load_plugin_config,
+)
 from podres_exporter.options import parse_listen_address
 from podres_exporter.sim.devicemanager import (
     HEALTHY,
@@ -70,7 +75,7 @@ def make_plugin(sockdir: Path, tmp_path: Path) -> Iterator[Callable[..., DeviceP
             path_sysfs=str(root),
             path_dev=str(tmp_path / "dev"),
         )
-        return build_plugin(settings, gpu_backend=gpu_backend)
+        return build_plugin(settings, load_plugin_config(settings), gpu_backend=gpu_backend)
 
     yield from started_daemons(build)
 

@@ -57,7 +57,7 @@ def served(sockdir: Path, tmp_path: Path) -> Iterator[Served]:
     monitor.check()
     monitor.start()
     servicer = DevicePluginServicer(
-        config.resources[0], monitor.boards[RESOURCE], metrics, recheck=monitor.check
+        config.resources[0], monitor.boards[RESOURCE], metrics, health_check=monitor.check
     )
     server = grpc.server(ThreadPoolExecutor(max_workers=16))
     pb_grpc.add_DevicePluginServicer_to_server(servicer, server)
@@ -138,7 +138,8 @@ def test_allocate_unknown_ids_is_invalid_argument_naming_them(served: Served) ->
 
 
 def test_allocate_gives_the_device_nodes(served: Served) -> None:
-    """A good Allocate answers one container response with the nodes, rw."""
+    """A good Allocate answers one container response with the nodes, rw; no mounts and
+    no annotations, ever."""
     request = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=["renderD130"])]
     )
@@ -147,6 +148,7 @@ def test_allocate_gives_the_device_nodes(served: Served) -> None:
     assert [(d.container_path, d.host_path, d.permissions) for d in container.devices] == [
         ("/dev/dri/renderD130", "/dev/dri/renderD130", "rw")
     ]
+    assert (list(container.mounts), dict(container.annotations)) == ([], {})
 
 
 def test_many_concurrent_allocate_calls_all_answer(served: Served) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from podres_exporter.errors import SourceError
+from podres_exporter.ids import normalize_pci
 from podres_exporter.sim import write_sysfs
 from podres_exporter.sim.devtree import (
     Aer,
@@ -27,7 +28,12 @@ from podres_exporter.sim.devtree import (
 )
 from podres_exporter.sim.scenario import NodeSpec
 from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.sources.devices import normalize_pci_address, read_devices
+from podres_exporter.sources.devices import (
+    iommu_group,
+    net_interface_names,
+    pci_function_addresses,
+    read_devices,
+)
 from podres_exporter.telemetry import NetReading, PciReading, SysfsDevices
 
 PF = "0000:3b:00.0"
@@ -308,13 +314,43 @@ def test_empty_selection_reads_nothing(tree: Path) -> None:
     assert read_devices(tree, pci_addresses=[]) == SysfsDevices()
 
 
-def test_normalize_pci_address() -> None:
-    """Addresses are full and lower-case; anything else is not an address."""
-    assert normalize_pci_address("0000:AF:02.1") == "0000:af:02.1"
-    assert normalize_pci_address(" af:02.1\n") == "0000:af:02.1"
-    assert normalize_pci_address("10000:00:00.0") == "10000:00:00.0"
-    assert normalize_pci_address("GPU-f38b2ffc") is None
-    assert normalize_pci_address("0000:af:02.8") is None
+# ---------------------------------------------------------------------- listings
+
+
+def test_pci_function_addresses_lists_every_function(tree: Path) -> None:
+    """Every function (bridges too), normalized and sorted; names that are no address
+    are left out."""
+    (tree / "bus/pci/devices/not-a-function").mkdir()
+    os.symlink(real(tree, PF), tree / "bus/pci/devices/3B:00.1")
+    listed = pci_function_addresses(tree)
+    assert listed == sorted(listed)
+    assert ENDPOINTS | {"0000:3a:01.0", "0000:3b:00.1"} <= set(listed)
+    assert all(normalize_pci(a) == a for a in listed)
+
+
+def test_net_interface_names_lists_every_interface(tree: Path) -> None:
+    """Every interface under class/net, virtual ones included, sorted."""
+    assert net_interface_names(tree) == sorted(os.listdir(tree / "class/net"))
+    assert {"lo", "veth3f2a1b", "cni0", "ens1f0", "ens1f0v0", "ibp94s0"} <= set(
+        net_interface_names(tree)
+    )
+
+
+def test_listings_of_a_missing_tree_are_empty(tmp_path: Path) -> None:
+    assert pci_function_addresses(tmp_path / "nope") == []
+    assert net_interface_names(tmp_path / "nope") == []
+
+
+def test_iommu_group_is_the_target_of_the_link(tree: Path) -> None:
+    """The group's number from ``iommu_group``; None without one, or for a function gone."""
+    group = tree / "kernel/iommu_groups/41"
+    group.mkdir(parents=True)
+    link = real(tree, VF1) / "iommu_group"
+    os.symlink(os.path.relpath(group, link.parent), link)
+    assert iommu_group(tree, VF1) == "41"
+    assert iommu_group(str(tree), VF1) == "41"
+    assert iommu_group(tree, VF0) is None
+    assert iommu_group(tree, "0000:ff:1f.7") is None
 
 
 # --------------------------------------------------------------------------- robustness
@@ -464,7 +500,7 @@ def test_real_sys_network_interfaces_are_pci_backed() -> None:
         link = SYS / "class/net" / name / "device"
         if not link.exists():
             assert name not in returned  # lo, veths, bridges, ifb ...
-        elif normalize_pci_address(os.path.basename(os.readlink(link))):
+        elif normalize_pci(os.path.basename(os.readlink(link))):
             assert returned[name].pci_address == os.path.basename(os.readlink(link))
     for reading in returned.values():
         assert reading.pci_address is not None

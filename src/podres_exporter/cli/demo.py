@@ -17,7 +17,12 @@ from pathlib import Path
 
 from podres_exporter import process
 from podres_exporter.cli.export import Exporter
-from podres_exporter.deviceplugin.main import DevicePlugin, PluginSettings, build_plugin
+from podres_exporter.deviceplugin.main import (
+    DevicePlugin,
+    PluginSettings,
+    build_plugin,
+    load_plugin_config,
+)
 from podres_exporter.errors import ConfigError, ScenarioError
 from podres_exporter.options import parse_duration
 from podres_exporter.settings import Settings
@@ -40,14 +45,13 @@ def _start_plugin(sim: SimKubelet, host: SimHost, tmp: Path) -> DevicePlugin | N
         return None
     config = tmp / "plugin.toml"
     config.write_text(host.plugin_config())
-    plugin = build_plugin(
-        PluginSettings(
-            config_path=str(config),
-            device_plugin_dir=str(sim.device_manager.directory),
-            listen_address=("127.0.0.1", 0),
-            path_sysfs=str(host.sysfs),
-        )
+    settings = PluginSettings(
+        config_path=str(config),
+        device_plugin_dir=str(sim.device_manager.directory),
+        listen_address=("127.0.0.1", 0),
+        path_sysfs=str(host.sysfs),
     )
+    plugin = build_plugin(settings, load_plugin_config(settings))
     plugin.start()
     return plugin
 

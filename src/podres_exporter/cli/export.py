@@ -7,8 +7,9 @@ from functools import partial
 import structlog
 
 from podres_exporter import __version__, process
+from podres_exporter.backoff import Backoff
 from podres_exporter.exposition import Exposition
-from podres_exporter.poller import Backoff, Poller, Store
+from podres_exporter.poller import Poller, Store
 from podres_exporter.reader import NodeReader
 from podres_exporter.settings import Settings
 from podres_exporter.sources.gpu import GpuBackend

@@ -7,7 +7,8 @@ never its collectors, poller or HTTP code:
 * ``config``: the resource file (``[[resource]]`` tables and ``[plugin]``);
 * ``inventory``: pure; advertised devices per resource, health rules that recover;
 * ``allocate``: pure; Allocate content and preferred allocation;
-* ``monitor``: the hardware I/O edge and the periodic health loop;
+* ``monitor``: the periodic health loop, reading the hardware through the sources;
+* ``board``: each resource's latest inventory, shared with its ListAndWatch streams;
 * ``servicer``: the ``DevicePlugin`` gRPC service, thin glue;
 * ``lifecycle``: serve, self-dial, register, re-register on kubelet restart;
 * ``metrics``: the plugin's own metrics and ``/metrics``, ``/healthz``, ``/readyz``;

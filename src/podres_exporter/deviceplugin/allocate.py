@@ -39,7 +39,6 @@ __all__ = [
     "AllocationError",
     "ContainerAllocation",
     "DeviceNode",
-    "MountSpec",
     "allocate",
     "check_ids",
     "pci_env_name",
@@ -70,22 +69,12 @@ class DeviceNode:
 
 
 @dataclass(frozen=True, slots=True)
-class MountSpec:
-    """A bind mount for the container."""
-
-    container_path: str
-    host_path: str
-    read_only: bool = True
-
-
-@dataclass(frozen=True, slots=True)
 class ContainerAllocation:
-    """What one container gets for its devices (``ContainerAllocateResponse``)."""
+    """What one container gets for its devices (``ContainerAllocateResponse``):
+    environment, device nodes and CDI names; never mounts or annotations."""
 
     envs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     devices: tuple[DeviceNode, ...] = ()
-    mounts: tuple[MountSpec, ...] = ()
-    annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cdi_devices: tuple[str, ...] = ()
 
 

@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Final
 
 from podres_exporter.deviceplugin.config import Discover, DiscoverKind, ResourceConfig
+from podres_exporter.ids import replica_id
 from podres_exporter.telemetry import GpuInventory, GpuReading, NetReading, PciReading, SysfsDevices
 
 __all__ = [
@@ -206,12 +207,21 @@ def initial_state(resource: ResourceConfig) -> InventoryState:
 
 
 def device_id(key: str, replica: int | None = None) -> str:
-    """``key`` or ``key::replica``, shortened with a hash to fit 63 characters."""
-    suffix = "" if replica is None else f"::{replica}"
-    if len(key) + len(suffix) > MAX_ID_LENGTH:
-        digest = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
-        key = f"{key[: MAX_ID_LENGTH - len(suffix) - len(digest) - 1]}-{digest}"
-    return key + suffix
+    """The advertised id of hardware ``key`` (or of its replica: :func:`ids.replica_id
+    <podres_exporter.ids.replica_id>`), fit to the kubelet's 63 characters.
+
+    A ``key`` too long for that is cut and ends in a hash of the whole key
+    (``<start of key>-<8 hex digits>``), so ids stay distinct. A shortened id no longer
+    names its base device: :func:`~podres_exporter.ids.split_replica` gives back the
+    shortened key, and only the inventory (:attr:`Device.hardware`) knows the device.
+    """
+    made = key if replica is None else replica_id(key, replica)
+    if len(made) <= MAX_ID_LENGTH:
+        return made
+    suffix = made[len(key) :]
+    digest = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
+    short = f"{key[: MAX_ID_LENGTH - len(suffix) - len(digest) - 1]}-{digest}"
+    return short if replica is None else replica_id(short, replica)
 
 
 # ------------------------------------------------------------------ discovery rules

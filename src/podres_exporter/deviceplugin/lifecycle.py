@@ -12,11 +12,19 @@ For each resource, on its own thread (:class:`ResourcePlugin`):
    name, the resource name, the same options GetDevicePluginOptions returns). The
    kubelet dials back during the call; the server answers on its own threads.
    Refused, or no kubelet: retried with exponential backoff (with jitter), forever.
-4. watch: :class:`KubeletWatch` polls ``kubelet.sock``'s identity (device and
-   inode) every 100 ms; when the kubelet re-creates it (a restart), or when
-   our own socket vanishes (the kubelet deletes plugin sockets at start), a fresh
-   socket is served and registered again, in well under 2 s. Allocations live in
-   the kubelet's checkpoint: nothing is lost.
+4. watch: every ``tick_s`` (100 ms), and at once when :class:`KubeletWatch` sees
+   ``kubelet.sock`` change, the plugin's loop reads the socket's identity (device
+   and inode); when the kubelet re-created it (a restart), or when our own socket
+   vanished (the kubelet deletes plugin sockets at start), a fresh socket is
+   served and registered again, in well under 2 s. Allocations live in the
+   kubelet's checkpoint: nothing is lost. When the kubelet ends the ListAndWatch
+   stream of the current registration, the plugin registers again.
+
+Each retry waits a :class:`~podres_exporter.backoff.Backoff` from ``Timing``'s
+``backoff_initial_s`` to ``backoff_max_s``: a refused Register with jitter (every
+plugin on the node retries while the kubelet is away); serving a socket again,
+registering again after a lost stream, and going on after an unexpected error,
+without.
 
 :meth:`PluginManager.stop` ends the streams, stops the servers with a short grace
 and removes the sockets. gRPC errors become :class:`RegistrationError` here.
@@ -31,7 +39,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
@@ -41,10 +49,15 @@ import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from podres_exporter.backoff import NO_JITTER, Backoff, Jitter
+from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.deviceplugin.monitor import Board
-from podres_exporter.deviceplugin.servicer import DevicePluginServicer, plugin_options
+from podres_exporter.deviceplugin.servicer import (
+    DevicePluginServicer,
+    HealthCheck,
+    plugin_options,
+)
 from podres_exporter.errors import RegistrationError
 from podres_exporter.fileid import FileIdentity, file_identity
 from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
@@ -62,6 +75,8 @@ log = structlog.get_logger(__name__)
 
 API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
+# A Register retry waits 0.8 to 1.2 times its backoff ceiling.
+_REGISTER_JITTER: Final[Jitter] = (0.8, 1.2)
 
 
 def _is_socket(path: str) -> bool:
@@ -75,7 +90,15 @@ def _is_socket(path: str) -> bool:
 
 
 class KubeletWatch:
-    """Polls ``kubelet.sock`` every ``poll_s``; counts re-creations; wakes waiters."""
+    """A wake-up for the plugins' loops and the kubelet restart counter.
+
+    Polls ``kubelet.sock``'s identity every ``poll_s``. Any change (gone, back, new)
+    moves :attr:`generation` on and wakes :meth:`wait`; a socket re-created in
+    place of another one counts as a kubelet restart
+    (``podres_plugin_kubelet_restarts_total``). It decides nothing: each
+    :class:`ResourcePlugin` reads the socket's identity itself before it serves and
+    registers, since this copy can lag behind.
+    """
 
     def __init__(self, path: str, metrics: PluginMetrics, *, poll_s: float = 0.1) -> None:
         self.path = path
@@ -157,8 +180,10 @@ class _Served:
 class Timing:
     """Timeouts and backoff of the lifecycle, in seconds.
 
-    ``register_timeout_s`` must outlast the kubelet's 10 s dial back; ``grace_s`` is
-    how long in-flight calls get at shutdown (well inside a pod's grace period).
+    Every retry (serve, Register, register again after a lost stream) backs off from
+    ``backoff_initial_s`` to ``backoff_max_s``. ``register_timeout_s`` must outlast
+    the kubelet's 10 s dial back; ``grace_s`` is how long in-flight calls get at
+    shutdown (well inside a pod's grace period).
     """
 
     backoff_initial_s: float = 0.2
@@ -180,7 +205,7 @@ class ResourcePlugin:
         watch: KubeletWatch,
         *,
         plugin_dir: str,
-        recheck: Callable[[], None] | None = None,
+        health_check: HealthCheck | None = None,
         timing: Timing = Timing(),
         max_workers: int = 16,
     ) -> None:
@@ -190,8 +215,13 @@ class ResourcePlugin:
         self._watch = watch
         self._dir = plugin_dir
         self._kubelet_path = os.path.join(os.path.abspath(plugin_dir), KUBELET_SOCKET)
-        self._recheck = recheck
+        self._health_check = health_check  # for PreStartContainer (Monitor.check)
         self._timing = timing
+        self._register_backoff = Backoff(
+            timing.backoff_initial_s, timing.backoff_max_s, jitter=_REGISTER_JITTER
+        )
+        self._backoff = Backoff(timing.backoff_initial_s, timing.backoff_max_s, jitter=NO_JITTER)
+        self._rng = random.Random()
         self._max_workers = max_workers
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -200,7 +230,7 @@ class ResourcePlugin:
         self._thread: threading.Thread | None = None
         self._dir_missing_logged = False
         self._serve_retry_at = 0.0  # after a failed serve, not before this (monotonic)
-        self._serve_backoff = timing.backoff_initial_s
+        self._serve_failures = 0  # in a row
         self._lost: tuple[DevicePluginServicer, float] | None = None
         self._registered_at = 0.0  # when the current registration's Register call began
         self.registrations = 0
@@ -238,7 +268,10 @@ class ResourcePlugin:
         self._metrics.set_registered(self.resource.name, False)
 
     def _run(self) -> None:
-        backoff = lost_backoff = self._timing.backoff_initial_s
+        # Failures in a row: of Register (a loop error counts as one), reset by a
+        # registration, a fresh socket or a new kubelet; and streams lost, reset only by
+        # a new kubelet, so a kubelet that keeps ending our streams is not hammered.
+        failures = lost = 0
         next_attempt = 0.0
         seen_kubelet = file_identity(self._kubelet_path)
         while not self._stop.is_set():
@@ -250,16 +283,16 @@ class ResourcePlugin:
             try:
                 if kubelet != seen_kubelet:  # a new kubelet: serve and register at once
                     seen_kubelet = kubelet
-                    backoff, next_attempt = self._timing.backoff_initial_s, 0.0
-                    lost_backoff = backoff
-                    self._serve_retry_at, self._serve_backoff = 0.0, backoff
+                    failures = lost = 0
+                    next_attempt = 0.0
+                    self._serve_retry_at, self._serve_failures = 0.0, 0
                 if self._registration_lost():
                     self._metrics.set_registered(self.resource.name, False)
                     log.warning("list_and_watch_lost", resource=self.resource.name)
-                    next_attempt = time.monotonic() + lost_backoff
-                    lost_backoff = min(lost_backoff * 2, self._timing.backoff_max_s)
+                    lost += 1
+                    next_attempt = time.monotonic() + self._backoff.delay(lost, self._rng)
                 if self._ensure_served(kubelet):
-                    backoff, next_attempt = self._timing.backoff_initial_s, 0.0
+                    failures, next_attempt = 0, 0.0
                 with self._lock:
                     registered_with = self._registered_with
                 if (
@@ -269,14 +302,15 @@ class ResourcePlugin:
                     and time.monotonic() >= next_attempt
                 ):
                     if self._register():
-                        backoff = self._timing.backoff_initial_s
+                        failures = 0
                     else:
-                        next_attempt = time.monotonic() + backoff * random.uniform(0.8, 1.2)
-                        backoff = min(backoff * 2, self._timing.backoff_max_s)
+                        failures += 1
+                        wait = self._register_backoff.delay(failures, self._rng)
+                        next_attempt = time.monotonic() + wait
             except Exception as err:  # noqa: BLE001 - never crash: log, back off, go on
                 log.error("plugin_loop_error", resource=self.resource.name, error=repr(err))
-                next_attempt = time.monotonic() + backoff
-                backoff = min(backoff * 2, self._timing.backoff_max_s)
+                failures += 1
+                next_attempt = time.monotonic() + self._backoff.delay(failures, self._rng)
             self._watch.wait(generation, self._timing.tick_s)
 
     def _stream_ended(self, servicer: DevicePluginServicer, started_at: float) -> None:
@@ -317,10 +351,11 @@ class ResourcePlugin:
             return False
         fresh = self._serve()
         if fresh is None:  # no directory, cannot bind, no answer: try again later
-            self._serve_retry_at = time.monotonic() + self._serve_backoff
-            self._serve_backoff = min(self._serve_backoff * 2, self._timing.backoff_max_s)
+            self._serve_failures += 1
+            wait = self._backoff.delay(self._serve_failures, self._rng)
+            self._serve_retry_at = time.monotonic() + wait
         else:
-            self._serve_backoff = self._timing.backoff_initial_s
+            self._serve_failures = 0
         with self._lock:
             if self._stop.is_set():  # stop() ran meanwhile and owns the old one
                 old, fresh = fresh, None
@@ -364,9 +399,12 @@ class ResourcePlugin:
         )
         server = grpc.server(executor)
         servicer = DevicePluginServicer(
-            self.resource, self._board, self._metrics, recheck=self._recheck
+            self.resource,
+            self._board,
+            self._metrics,
+            health_check=self._health_check,
+            on_stream_lost=self._stream_ended,
         )
-        servicer.on_stream_lost = self._stream_ended
         pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         try:
             port = server.add_insecure_port(f"unix://{path}")
@@ -486,7 +524,7 @@ class PluginManager:
         metrics: PluginMetrics,
         *,
         plugin_dir: str,
-        recheck: Callable[[], None] | None = None,
+        health_check: HealthCheck | None = None,
         timing: Timing = Timing(),
         poll_s: float = 0.1,
     ) -> None:
@@ -498,7 +536,7 @@ class PluginManager:
                 metrics,
                 self.watch,
                 plugin_dir=plugin_dir,
-                recheck=recheck,
+                health_check=health_check,
                 timing=timing,
             )
             for r in resources

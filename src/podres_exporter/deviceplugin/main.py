@@ -9,7 +9,9 @@ resource file (the message names the flag or the key), 1 when the plugin cannot
 start for another reason (no NVML bindings installed for an nvml resource).
 
 This module imports neither gRPC nor the hardware sources at import time, so the
-CLI can build its parser cheaply; :func:`build_plugin` imports them.
+CLI can build its parser cheaply; :func:`build_plugin` imports them. The resource
+file is read once, by :func:`load_plugin_config`; :func:`build_plugin` composes the
+plugin from the settings and that config.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ __all__ = [
     "add_plugin_arguments",
     "add_plugin_parser",
     "build_plugin",
+    "load_plugin_config",
     "plugin_settings",
     "run_plugin",
 ]
@@ -148,6 +151,16 @@ def plugin_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> PluginSet
     return PluginSettings(config_path=str(config_path), **values)
 
 
+def load_plugin_config(settings: PluginSettings) -> PluginConfig:
+    """Read the resource file of ``settings``, with its ``--health-interval`` and
+    ``--xid-unhealthy-for`` overrides; ConfigError naming the file and the key."""
+    return load_config(
+        settings.config_path,
+        health_interval_s=settings.health_interval_s,
+        xid_unhealthy_for_s=settings.xid_unhealthy_for_s,
+    )
+
+
 # ---------------------------------------------------------------------- composition
 
 
@@ -207,24 +220,19 @@ class DevicePlugin:
 
 def build_plugin(
     settings: PluginSettings,
-    config: PluginConfig | None = None,
+    config: PluginConfig,
     *,
     gpu_backend: GpuBackend | None = None,
     clock: Callable[[], float] = time.monotonic,
     timing: Timing | None = None,
 ) -> DevicePlugin:
-    """Compose the plugin. ``gpu_backend``: injected by tests and the demo; by default
-    NVML (``open_nvml_backend``), opened only when a resource uses nvml."""
+    """Compose the plugin for ``config`` (see :func:`load_plugin_config`).
+    ``gpu_backend``: injected by tests and the demo; by default NVML
+    (``open_nvml_backend``), opened only when a resource uses nvml."""
     from podres_exporter.deviceplugin.lifecycle import PluginManager, Timing
     from podres_exporter.deviceplugin.metrics import PluginMetrics, plugin_site
     from podres_exporter.deviceplugin.monitor import Discoverer, Monitor
 
-    if config is None:
-        config = load_config(
-            settings.config_path,
-            health_interval_s=settings.health_interval_s,
-            xid_unhealthy_for_s=settings.xid_unhealthy_for_s,
-        )
     owned: GpuBackend | None = None
     if gpu_backend is None and config.uses_nvml:
         from podres_exporter.sources.gpu import open_nvml_backend
@@ -243,7 +251,7 @@ def build_plugin(
         monitor.boards,
         metrics,
         plugin_dir=settings.device_plugin_dir,
-        recheck=monitor.check,
+        health_check=monitor.check,
         timing=timing or Timing(),
     )
     site = plugin_site(
@@ -282,11 +290,7 @@ def run_plugin(
     """Run the device plugin until SIGTERM / SIGINT (or ``stop``); the exit status."""
     try:
         settings = plugin_settings(ns, env)
-        config = load_config(
-            settings.config_path,
-            health_interval_s=settings.health_interval_s,
-            xid_unhealthy_for_s=settings.xid_unhealthy_for_s,
-        )
+        config = load_plugin_config(settings)
         process.configure_logging(settings.log_level, settings.log_format)
         plugin = build_plugin(settings, config, gpu_backend=gpu_backend)
     except ConfigError as err:

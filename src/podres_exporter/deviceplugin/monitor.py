@@ -1,17 +1,18 @@
 """The health loop: read the hardware, rebuild each resource's inventory, publish it.
 
-:class:`Discoverer` is the plugin's I/O edge for hardware: the GPU backend (NVML),
-:func:`~podres_exporter.sources.devices.read_devices` under ``--path.sysfs``
-(plus each PCI function's ``iommu_group`` link and the ``class/net`` listing), and
-globs under ``--path.dev``. To stay cheap at a 500 ms interval it lists every PCI
+:class:`Discoverer` reads what the resources' rules need through the hardware
+sources: the GPU backend (NVML), and :mod:`~podres_exporter.sources.devices` under
+``--path.sysfs`` (the PCI functions and interfaces, their IOMMU groups); and globs
+under ``--path.dev``. To stay cheap at a 500 ms interval it lists every PCI
 function only on every ``full_scan_every``-th look (and the first); in between it
 reads only the functions a rule matched before, so a function that leaves sysfs is
 seen at the next look and new hardware within ``full_scan_every`` looks.
 
-:class:`Board` holds the latest inventory of one resource and wakes whoever waits
-for a change (the ListAndWatch streams). :class:`Monitor` runs a check every
-``health_interval`` on its own thread: discover, :func:`inventory.update` per
-resource, publish to the boards, log health changes, update the metrics.
+:class:`Monitor` runs a check every ``health_interval`` on its own thread: discover,
+:func:`inventory.update` per resource, publish to each resource's
+:class:`~podres_exporter.deviceplugin.board.Board`, log health changes, update the
+metrics. :meth:`Monitor.check` is also the plugin's
+:data:`~podres_exporter.deviceplugin.servicer.HealthCheck`.
 """
 
 from __future__ import annotations
@@ -28,14 +29,20 @@ from typing import Protocol, runtime_checkable
 import structlog
 
 from podres_exporter.deviceplugin import inventory as inv
+from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import DiscoverKind, PluginConfig, ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.errors import SourceError
-from podres_exporter.sources.devices import normalize_pci_address, read_devices
+from podres_exporter.sources.devices import (
+    iommu_group,
+    net_interface_names,
+    pci_function_addresses,
+    read_devices,
+)
 from podres_exporter.sources.gpu import GpuBackend, GpuTopology
 from podres_exporter.telemetry import GpuInventory, SysfsDevices
 
-__all__ = ["Board", "Discoverer", "Monitor", "TopologySource"]
+__all__ = ["Discoverer", "Monitor", "TopologySource"]
 
 log = structlog.get_logger(__name__)
 
@@ -121,12 +128,14 @@ class Discoverer:
     def _read_sysfs(self, full: bool) -> tuple[SysfsDevices, dict[str, str]]:
         names: list[str] = []
         if self._net_patterns:
-            listed = _listdir(os.path.join(self._sysfs, "class", "net"))
-            names = [n for n in listed if any(fnmatchcase(n, p) for p in self._net_patterns)]
+            names = [
+                n
+                for n in net_interface_names(self._sysfs)
+                if any(fnmatchcase(n, p) for p in self._net_patterns)
+            ]
         addresses = set(self._pci_watch)
         if full and self._pci_rules:
-            listed = _listdir(os.path.join(self._sysfs, "bus", "pci", "devices"))
-            addresses.update(a for a in (normalize_pci_address(n) for n in listed) if a)
+            addresses.update(pci_function_addresses(self._sysfs))
         try:
             devices = read_devices(self._sysfs, pci_addresses=sorted(addresses), interfaces=names)
             missing = {n.pci_address for n in devices.net if n.pci_address} - {
@@ -146,14 +155,8 @@ class Discoverer:
         }
         self._pci_watch.update(matched)
         self._pci_watch.update(n.pci_address for n in devices.net if n.pci_address)
-        iommu: dict[str, str] = {}
-        for address in sorted(matched):
-            link = os.path.join(self._sysfs, "bus", "pci", "devices", address, "iommu_group")
-            try:
-                iommu[address] = os.path.basename(os.readlink(link).rstrip("/"))
-            except OSError:
-                continue  # no IOMMU (or the function just left)
-        return devices, iommu
+        groups = {address: iommu_group(self._sysfs, address) for address in sorted(matched)}
+        return devices, {a: g for a, g in groups.items() if g is not None}
 
     # -- /dev
 
@@ -161,59 +164,6 @@ class Discoverer:
         root = os.path.abspath(self._dev)
         found = globlib.glob(os.path.join(globlib.escape(root), pattern))
         return tuple(sorted(os.path.relpath(p, root) for p in found if not os.path.isdir(p)))
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
-# ---------------------------------------------------------------------------- board
-
-
-class Board:
-    """The latest inventory of one resource; waiters wake on every change. Thread-safe."""
-
-    def __init__(self, inventory: inv.ResourceInventory) -> None:
-        self._cond = threading.Condition()
-        self._inventory = inventory
-        self._version = 0
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def current(self) -> tuple[int, inv.ResourceInventory]:
-        with self._cond:
-            return self._version, self._inventory
-
-    def publish(self, inventory: inv.ResourceInventory) -> None:
-        with self._cond:
-            self._inventory = inventory
-            self._version += 1
-            self._cond.notify_all()
-
-    def wait(self, version: int, timeout: float) -> int:
-        """Block until the version differs from ``version``, the board closes, someone
-        pokes, or ``timeout`` passes; return the current version."""
-        with self._cond:
-            if self._version == version and not self._closed:
-                self._cond.wait(timeout)
-            return self._version
-
-    def poke(self) -> None:
-        """Wake every waiter (a stream was cancelled and must notice)."""
-        with self._cond:
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        """No more changes: waiters return at once, streams end."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
 
 
 # -------------------------------------------------------------------------- monitor

@@ -8,8 +8,9 @@
 * ``GetPreferredAllocation``: :func:`allocate.preferred_allocation` per container.
 * ``Allocate``: :func:`allocate.allocate` per container; unknown or unhealthy ids
   answer ``INVALID_ARGUMENT`` with the message naming them.
-* ``PreStartContainer``: runs a fresh health check, then ``FAILED_PRECONDITION``
-  if any of the ids is unhealthy (``INVALID_ARGUMENT`` if unknown).
+* ``PreStartContainer``: runs a fresh health check (the :data:`HealthCheck` it was
+  given), then ``FAILED_PRECONDITION`` if any of the ids is unhealthy
+  (``INVALID_ARGUMENT`` if unknown).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeAlias
 
 import grpc
 import structlog
@@ -29,18 +31,33 @@ from podres_exporter.deviceplugin.allocate import (
     check_ids,
     preferred_allocation,
 )
+from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.inventory import ResourceInventory
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.deviceplugin.monitor import Board
 from podres_exporter.errors import AllocationError
 
-__all__ = ["DevicePluginServicer", "list_and_watch_response", "plugin_options"]
+__all__ = [
+    "DevicePluginServicer",
+    "HealthCheck",
+    "StreamLost",
+    "list_and_watch_response",
+    "plugin_options",
+]
 
 log = structlog.get_logger(__name__)
 
 # How long a stream waits for a change before it looks whether it was cancelled.
 _STREAM_POLL_S = 1.0
+
+HealthCheck: TypeAlias = Callable[[], None]
+"""One health check of every resource, now: it reads the hardware and publishes each
+resource's inventory to its board before it returns. The plugin's is
+:meth:`Monitor.check <podres_exporter.deviceplugin.monitor.Monitor.check>`."""
+
+StreamLost: TypeAlias = Callable[["DevicePluginServicer", float], None]
+"""Told that the kubelet ended a ListAndWatch stream we did not close: called with the
+servicer and the stream's start (monotonic), on the stream's thread."""
 
 
 def plugin_options(resource: ResourceConfig) -> pb.DevicePluginOptions:
@@ -65,17 +82,12 @@ def list_and_watch_response(inventory: ResourceInventory) -> pb.ListAndWatchResp
 def _container_response(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs=dict(alloc.envs),
-        mounts=[
-            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
-            for m in alloc.mounts
-        ],
         devices=[
             pb.DeviceSpec(
                 container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
             )
             for d in alloc.devices
         ],
-        annotations=dict(alloc.annotations),
         cdi_devices=[pb.CDIDevice(name=n) for n in alloc.cdi_devices],
     )
 
@@ -85,11 +97,13 @@ def _device_key(inventory: ResourceInventory) -> tuple[tuple[str, bool, tuple[in
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
-    """One resource's DevicePlugin service. ``recheck`` runs a health check now (for
-    PreStartContainer); ``on_stream_lost`` (set by the owner) is called with the servicer
-    and the stream's start (monotonic) when the kubelet ends a ListAndWatch stream that we
-    did not close. Every method is safe
-    to call from many threads at once."""
+    """One resource's DevicePlugin service, serving what ``board`` holds.
+
+    ``health_check``: run by PreStartContainer before it judges the devices (none: it
+    judges by the last check). ``on_stream_lost``: told when the kubelet ends a
+    ListAndWatch stream that we did not close. Every method is safe to call from many
+    threads at once.
+    """
 
     def __init__(
         self,
@@ -97,13 +111,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         board: Board,
         metrics: PluginMetrics,
         *,
-        recheck: Callable[[], None] | None = None,
+        health_check: HealthCheck | None = None,
+        on_stream_lost: StreamLost | None = None,
     ) -> None:
         self._resource = resource
         self._board = board
         self._metrics = metrics
-        self._recheck = recheck
-        self.on_stream_lost: Callable[[DevicePluginServicer, float], None] | None = None
+        self._health_check = health_check
+        self._on_stream_lost = on_stream_lost
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -142,8 +157,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             self._metrics.stream_closed(name)
             log.info("list_and_watch_ended", resource=name)
             ours = board.closed or self._closed.is_set()
-            if not ours and self.on_stream_lost is not None:
-                self.on_stream_lost(self, started)  # the kubelet ended it: it never re-dials
+            if not ours and self._on_stream_lost is not None:
+                self._on_stream_lost(self, started)  # the kubelet ended it: it never re-dials
 
     def GetPreferredAllocation(  # noqa: N802 - the gRPC method name
         self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
@@ -184,9 +199,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def PreStartContainer(  # noqa: N802 - the gRPC method name
         self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> pb.PreStartContainerResponse:
-        if self._recheck is not None:
+        if self._health_check is not None:  # a fresh look at the hardware (Monitor.check)
             try:
-                self._recheck()
+                self._health_check()
             except Exception as err:  # noqa: BLE001 - judge by the last good check instead
                 log.error("pre_start_recheck_failed", resource=self._resource.name, error=repr(err))
         _, inventory = self._board.current()

@@ -16,6 +16,10 @@ interfaces. Sysfs is a moving target: a file that is missing or unreadable
 a device going away, ``EACCES``), or whose content does not parse, leaves its field
 None (its counter absent); a device that vanishes between the listing and the
 reading is left out. Only an unusable root raises SourceError.
+
+For a caller that selects by rules of its own (the device plugin),
+``pci_function_addresses`` and ``net_interface_names`` list what there is, and
+``iommu_group`` reads a PCI function's IOMMU group.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from podres_exporter.errors import SourceError
-from podres_exporter.ids import normalize_pci as normalize_pci_address
+from podres_exporter.ids import normalize_pci
 from podres_exporter.telemetry import (
     DrmCardReading,
     IbPortReading,
@@ -37,7 +41,13 @@ from podres_exporter.telemetry import (
     SysfsDevices,
 )
 
-__all__ = ["SELECTED_CLASS_PREFIXES", "normalize_pci_address", "read_devices"]
+__all__ = [
+    "SELECTED_CLASS_PREFIXES",
+    "iommu_group",
+    "net_interface_names",
+    "pci_function_addresses",
+    "read_devices",
+]
 
 # PCI class codes (the top 16 bits of ``class``) read when no address is given:
 # network controllers (0x02xx, InfiniBand 0x0207 among them), display and 3D
@@ -108,12 +118,12 @@ def _device_pci_address(device_link: str) -> str | None:
     name = _link_name(device_link)
     if name is None:
         return None
-    address = normalize_pci_address(name)
+    address = normalize_pci(name)
     if address is not None:
         return address
     if name.startswith("virtio"):
         parent = os.path.basename(os.path.dirname(os.path.realpath(device_link)))
-        return normalize_pci_address(parent)
+        return normalize_pci(parent)
     return None
 
 
@@ -209,7 +219,7 @@ def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | Non
         device_id=(_read(os.path.join(path, "device")) or "").lower(),
         class_id=(class_id or "").lower(),
         driver=driver,
-        physfn=normalize_pci_address(physfn) if physfn else None,
+        physfn=normalize_pci(physfn) if physfn else None,
         link_speed_gts=_link_speed(os.path.join(path, "current_link_speed")),
         link_width=_link_width(os.path.join(path, "current_link_width")),
         max_link_speed_gts=_link_speed(os.path.join(path, "max_link_speed")),
@@ -238,7 +248,7 @@ def _pci_functions(root: str, selection: frozenset[str] | None) -> tuple[PciRead
     candidates: list[tuple[str, str | None]] = []
     if selection is None:
         for name in _listdir(base):
-            address = normalize_pci_address(name)
+            address = normalize_pci(name)
             if address is None:
                 continue
             class_id = _read(os.path.join(base, name, "class"))
@@ -396,6 +406,30 @@ def _drm(root: str, selection: frozenset[str] | None) -> tuple[DrmCardReading, .
     return tuple(out)
 
 
+# ------------------------------------------------------------------------- listings
+
+
+def pci_function_addresses(sysfs_root: str | Path) -> list[str]:
+    """Every PCI function under ``bus/pci/devices``: normalized addresses, sorted; empty
+    when the directory cannot be listed."""
+    base = os.path.join(os.fspath(sysfs_root), "bus", "pci", "devices")
+    return sorted(a for a in (normalize_pci(n) for n in _listdir(base)) if a is not None)
+
+
+def net_interface_names(sysfs_root: str | Path) -> list[str]:
+    """Every network interface under ``class/net`` (virtual ones too), sorted; empty when
+    the directory cannot be listed."""
+    return sorted(_listdir(os.path.join(os.fspath(sysfs_root), "class", "net")))
+
+
+def iommu_group(sysfs_root: str | Path, address: str) -> str | None:
+    """The IOMMU group (``"41"``) of the PCI function at ``address`` (normalized), from
+    its ``iommu_group`` link; None without an IOMMU, or when the function is gone."""
+    return _link_name(
+        os.path.join(os.fspath(sysfs_root), "bus", "pci", "devices", address, "iommu_group")
+    )
+
+
 # ---------------------------------------------------------------------------- entry
 
 
@@ -427,7 +461,7 @@ def read_devices(
         raise SourceError(f"cannot read {root}: {err.strerror or err}") from err
     selection: frozenset[str] | None = None
     if pci_addresses is not None:
-        normalized = (normalize_pci_address(a) for a in pci_addresses)
+        normalized = (normalize_pci(a) for a in pci_addresses)
         selection = frozenset(a for a in normalized if a is not None)
     return SysfsDevices(
         pci=_pci_functions(root, selection),
