@@ -160,10 +160,6 @@ class ResourceInventory:
             by_id=MappingProxyType({d.id: d for d in ordered}),
         )
 
-    def hardware_of(self, device_id: str) -> Hardware | None:
-        device = self.by_id.get(device_id)
-        return None if device is None else self.hardware.get(device.hardware)
-
     def counts(self) -> tuple[int, int]:
         """(healthy, unhealthy) advertised ids."""
         healthy = sum(1 for d in self.devices if d.healthy)
