@@ -297,3 +297,16 @@ def test_listen_binds_without_serving() -> None:
         assert server.port > 0
     finally:
         server.stop()
+
+
+@pytest.mark.timeout(10)  # a handler that takes the lock hangs here
+def test_the_signal_handler_takes_no_lock() -> None:
+    """A signal can interrupt the main thread while it holds the stop event's lock (for a
+    moment in every Event.wait): the handler must not need that lock, or it deadlocks."""
+    with process.stop_on_signals() as stop:
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        with stop.event._cond:  # type: ignore[attr-defined]  # what Event.wait holds
+            handler(signal.SIGTERM, None)  # returns: it only records the signal
+        assert stop.wait() == "signal SIGTERM"
+        assert stop.event.is_set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any, TextIO
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# How often a wait looks for a stop signal or a set event.
+_POLL_S = 0.1
 
 
 def configure_logging(level: str, log_format: str, *, stream: TextIO | None = None) -> None:
@@ -40,23 +43,37 @@ def configure_logging(level: str, log_format: str, *, stream: TextIO | None = No
 
 
 class Stop:
-    """A stop request: ``event`` and why it was set."""
+    """A stop request: ``event`` and why it was set.
+
+    A signal handler must not take a lock that the code it interrupts may hold:
+    ``Event.set`` takes the event's lock, which the main thread holds for a moment in
+    every ``Event.wait``, and would deadlock there. So the handler only records the
+    signal (:meth:`signalled`) and :meth:`wait`, polling, turns it into the event.
+    """
 
     def __init__(self, event: threading.Event | None = None) -> None:
         self.event = event if event is not None else threading.Event()
         self.reason = "stop requested"
+        self._signal: str | None = None
+
+    def signalled(self, signum: int) -> None:
+        """Record a stop signal; safe in a signal handler (it takes no lock)."""
+        self._signal = f"signal {signal.Signals(signum).name}"
 
     def wait(self) -> str:
-        """Block until the stop is requested; the reason (``signal SIGTERM`` ...)."""
-        while not self.event.wait(0.2):  # wakes the main thread for signal handlers
-            pass
+        """Block until a stop signal or the event; the reason (``signal SIGTERM`` ...)."""
+        while self._signal is None and not self.event.is_set():
+            time.sleep(_POLL_S)  # a signal interrupts the sleep; its handler runs first
+        if self._signal is not None:
+            self.reason = self._signal
+            self.event.set()
         return self.reason
 
 
 @contextlib.contextmanager
 def stop_on_signals(event: threading.Event | None = None) -> Iterator[Stop]:
-    """While inside, SIGTERM and SIGINT set the :class:`Stop`'s event and name themselves
-    in its reason; ``event`` (when given) stops it too.
+    """While inside, SIGTERM and SIGINT end the :class:`Stop`'s wait (which then sets its
+    event) and name themselves in its reason; ``event`` (when given) stops it too.
 
     Handlers are installed only on the main thread (elsewhere only ``event`` stops)
     and the previous ones are restored on leaving.
@@ -64,8 +81,7 @@ def stop_on_signals(event: threading.Event | None = None) -> Iterator[Stop]:
     stop = Stop(event)
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        stop.reason = f"signal {signal.Signals(signum).name}"
-        stop.event.set()
+        stop.signalled(signum)
 
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
