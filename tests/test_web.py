@@ -171,6 +171,14 @@ def test_head_sends_the_headers_of_get_without_a_body(serve: Serve) -> None:
     assert request(server.url, "/nope", method="HEAD")[::2] == (404, b"")
 
 
+def test_server_header_names_no_version(serve: Serve) -> None:
+    """Server names the product only: no version of ours, of Python or of the library,
+    on any answer (an unauthenticated client learns nothing to target)."""
+    server, _ = serve()
+    for path in ("/", "/metrics", "/healthz", "/readyz", "/nope"):
+        assert request(server.url, path)[1]["Server"] == "podres"
+
+
 def test_keep_alive_serves_several_requests_on_one_connection(serve: Serve) -> None:
     """HTTP/1.1: the connection stays open between requests."""
     server, _ = serve()

@@ -8,9 +8,9 @@ snapshot's age and the process metrics, are rendered per scrape and appended.
 
 from __future__ import annotations
 
-import gzip
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -60,40 +60,58 @@ class Exposition:
         self._wall = wall_clock
         self._lock = threading.Lock()
         self._cache_generation = -1
-        self._cache: dict[tuple[bool, bool], bytes] = {}
+        self._cache: dict[bool, bytes] = {}  # openmetrics -> the cached part
+        # openmetrics -> the gzip stream after the cached part: its output so far, and the
+        # compressor to copy for each scrape's live part (one member in all).
+        self._gzip: dict[bool, tuple[bytes, zlib._Compress]] = {}
         self._live = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._live)
         self.renders = 0  # how many times the cached part was rendered
 
-    def _cached_part(self, view: NodeView | None, openmetrics: bool, gz: bool) -> bytes:
+    def _cached_part(self, view: NodeView | None, openmetrics: bool) -> bytes:
+        """The part rendered once per view and format (without OpenMetrics' ``# EOF``)."""
         generation = view.snapshot.generation if view else 0
         with self._lock:
             if generation != self._cache_generation:
                 self._cache = {}
+                self._gzip = {}
                 self._cache_generation = generation
-            key = (openmetrics, gz)
-            if key not in self._cache:
-                plain = self._cache.get((openmetrics, False))
-                if plain is None:
-                    families = self._families(view) if view else []
-                    plain = render_families(families, openmetrics)
-                    if openmetrics and plain.endswith(_EOF):
-                        plain = plain[: -len(_EOF)]
-                    self._cache[(openmetrics, False)] = plain
-                    self.renders += 1
-                if gz:
-                    self._cache[key] = gzip.compress(plain, compresslevel=6, mtime=0)
-            return self._cache[key]
+            plain = self._cache.get(openmetrics)
+            if plain is None:
+                families = self._families(view) if view else []
+                plain = render_families(families, openmetrics)
+                if openmetrics and plain.endswith(_EOF):
+                    plain = plain[: -len(_EOF)]
+                self._cache[openmetrics] = plain
+                self.renders += 1
+            return plain
+
+    def _gzip_stream(
+        self, view: NodeView | None, openmetrics: bool
+    ) -> tuple[bytes, zlib._Compress]:
+        """The cached part compressed once per view: the bytes so far and a compressor
+        to copy, so each scrape only compresses its live part into the same member."""
+        plain = self._cached_part(view, openmetrics)
+        with self._lock:
+            stream = self._gzip.get(openmetrics)
+            if stream is None:
+                # wbits 31: a gzip member (header, deflate, CRC and size trailer).
+                compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+                stream = (compressor.compress(plain), compressor)
+                self._gzip[openmetrics] = stream
+            head, compressor = stream
+            return head, compressor.copy()
 
     def _live_part(self, view: NodeView | None, openmetrics: bool) -> bytes:
         families = [snapshot_age(view, self._wall()), *self._live.collect()]
         return render_families(families, openmetrics)
 
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
-        """The full exposition; gzip as two concatenated members when ``gz``."""
+        """The full exposition; when ``gz``, one gzip member (decoders that read only
+        the first member, as curl does, see it all)."""
         view = self._store.current()
-        cached = self._cached_part(view, openmetrics, gz)
-        live = self._live_part(view, openmetrics)
         if gz:
-            return cached + gzip.compress(live, compresslevel=1, mtime=0)
-        return cached + live
+            head, compressor = self._gzip_stream(view, openmetrics)
+            live = self._live_part(view, openmetrics)
+            return head + compressor.compress(live) + compressor.flush()
+        return self._cached_part(view, openmetrics) + self._live_part(view, openmetrics)

@@ -177,6 +177,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: WebServer
     protocol_version = "HTTP/1.1"
 
+    def version_string(self) -> str:
+        """The ``Server`` header: the product alone, no version of ours or Python's."""
+        return "podres"
+
     def log_message(self, format: str, *args: Any) -> None:
         return  # access logs are noise for a scrape target
 

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,6 +89,15 @@ def test_content_negotiation_and_gzip(make_sim: MakeSim, make_exporter: MakeExpo
     text = body.decode()
     assert text.endswith("# EOF\n") and text.count("# EOF") == 1
     assert "podres_snapshot_age_seconds" in text and "podres_kubelet_up" in text
+    # One gzip member: a decoder that reads only the first (as curl does) sees it all.
+    req = urllib.request.Request(exp.url + "/metrics", headers={"Accept-Encoding": "gzip"})  # noqa: S310
+    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a loopback test URL
+        raw = resp.read()
+    member = zlib.decompressobj(31)  # one gzip member, then stop
+    text = member.decompress(raw).decode()
+    assert member.eof and member.unused_data == b""
+    assert "podres_kubelet_up" in text and "podres_snapshot_age_seconds" in text
+    assert "process_resident_memory_bytes" in text
     status, headers, body = http_get(exp.url + "/metrics", {"Accept-Encoding": "gzip;q=0"})
     assert headers["Content-Type"].startswith("text/plain")
     assert "Content-Encoding" not in headers
