@@ -68,8 +68,13 @@ class Exposition:
         ProcessCollector(registry=self._live)
         self.renders = 0  # how many times the cached part was rendered
 
-    def _cached_part(self, view: NodeView | None, openmetrics: bool) -> bytes:
-        """The part rendered once per view and format (without OpenMetrics' ``# EOF``)."""
+    def _cached(
+        self, view: NodeView | None, openmetrics: bool, gz: bool
+    ) -> tuple[bytes, zlib._Compress | None]:
+        """The part rendered once per view and format (without OpenMetrics' ``# EOF``);
+        with ``gz``, that part compressed once per view and a copy of the compressor, so
+        each scrape only compresses its live part into the same gzip member. One lock
+        hold: a new view between the two would otherwise mix generations."""
         generation = view.snapshot.generation if view else 0
         with self._lock:
             if generation != self._cache_generation:
@@ -84,15 +89,8 @@ class Exposition:
                     plain = plain[: -len(_EOF)]
                 self._cache[openmetrics] = plain
                 self.renders += 1
-            return plain
-
-    def _gzip_stream(
-        self, view: NodeView | None, openmetrics: bool
-    ) -> tuple[bytes, zlib._Compress]:
-        """The cached part compressed once per view: the bytes so far and a compressor
-        to copy, so each scrape only compresses its live part into the same member."""
-        plain = self._cached_part(view, openmetrics)
-        with self._lock:
+            if not gz:
+                return plain, None
             stream = self._gzip.get(openmetrics)
             if stream is None:
                 # wbits 31: a gzip member (header, deflate, CRC and size trailer).
@@ -110,8 +108,8 @@ class Exposition:
         """The full exposition; when ``gz``, one gzip member (decoders that read only
         the first member, as curl does, see it all)."""
         view = self._store.current()
-        if gz:
-            head, compressor = self._gzip_stream(view, openmetrics)
-            live = self._live_part(view, openmetrics)
-            return head + compressor.compress(live) + compressor.flush()
-        return self._cached_part(view, openmetrics) + self._live_part(view, openmetrics)
+        head, compressor = self._cached(view, openmetrics, gz)
+        live = self._live_part(view, openmetrics)
+        if compressor is None:
+            return head + live
+        return head + compressor.compress(live) + compressor.flush()
