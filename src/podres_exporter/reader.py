@@ -341,8 +341,12 @@ class NodeReader:
         always gives the kubelet's state, its request statistics and the telemetry.
         """
         last = previous.snapshot if previous is not None else None
-        topology = seen.topology or (last.topology if last else NodeTopology(frozenset()))
-        reading = seen.reading or (last.reading if last else None)
+        topology = seen.topology
+        if topology is None:
+            topology = last.topology if last is not None else NodeTopology(frozenset())
+        reading = seen.reading
+        if reading is None and last is not None:
+            reading = last.reading
         error = seen.kubelet_error
         snap = Snapshot(
             generation=generation,
