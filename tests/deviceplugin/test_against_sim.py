@@ -44,25 +44,42 @@ devices = {{ "{VF}" = 2 }}
 
 
 def start_plugin(sim: SimKubelet, tmp_path: Path) -> subprocess.Popen[str]:
+    """The plugin as a process; its log goes to ``plugin_log(tmp_path)``, a file: a pipe
+    nobody reads fills up and blocks every plugin thread that logs."""
     host = sim.host  # type: ignore[attr-defined]
     config = tmp_path / "plugin.toml"
     config.write_text(host.plugin_config())
     assert sim.device_manager is not None
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "podres_exporter",
-            "plugin",
-            *plugin_flags(config, sim.device_manager.directory, host.sysfs),
-            "--health-interval",
-            "200ms",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    with plugin_log(tmp_path).open("w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "podres_exporter",
+                "plugin",
+                *plugin_flags(config, sim.device_manager.directory, host.sysfs),
+                "--health-interval",
+                "200ms",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+def plugin_log(tmp_path: Path) -> Path:
+    return tmp_path / "plugin.log"
+
+
+def stop_plugin(proc: subprocess.Popen[str], tmp_path: Path) -> str:
+    """SIGTERM, wait, and the plugin's whole log (echoed: pytest shows it on failure)."""
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.stderr is None
+    log = plugin_log(tmp_path).read_text()
+    sys.stderr.write(log)
+    return log
 
 
 def held(sim: SimKubelet) -> dict[str, tuple[int, ...] | None]:
@@ -132,8 +149,7 @@ def test_pods_are_admitted_through_the_real_plugin(short_dir: Path) -> None:
         assert len([a for a in dm.allocations() if a.resource == VF]) == 1
         assert proc.poll() is None, "no crash"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        err = stop_plugin(proc, tmp_path)
         sim.stop()
     assert proc.returncode == 0, err
     assert "signal SIGTERM" in err
@@ -199,7 +215,6 @@ def test_kubelet_restart_in_the_middle_of_allocations(short_dir: Path) -> None:
         assert held(sim) and len(allocatable(sim)) == 7
     finally:
         stop.set()
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=20)
+        stop_plugin(proc, short_dir)
         sim.stop()
     assert proc.returncode == 0
