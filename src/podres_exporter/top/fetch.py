@@ -13,6 +13,9 @@ Errors become :class:`FetchError` with the exit status the CLI should use: 2 whe
 a flag names cannot be reached or used (a missing socket, permission denied, nothing
 listening, an unreachable URL) and the message names the flag; 1 when the source
 answered but the answer is unusable (an HTTP error, a query error, no podres metrics).
+Their messages carry what a source said (an HTTP error body, a query's error, the
+kubelet's error text) made :func:`~podres_exporter.printable.printable`: they are
+printed to a terminal.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from podres_exporter.errors import (
     FetchError,
     KubeletUnavailable,
 )
+from podres_exporter.printable import printable
 from podres_exporter.top.rows import (
     BUSY_COUNTER,
     BUSY_RATIO,
@@ -69,6 +73,11 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+def _error(message: str, *, exit_code: int) -> FetchError:
+    """A FetchError whose message is safe to print: the source's words escaped."""
+    return FetchError(printable(message), exit_code=exit_code)
+
+
 def samples_from_families(families: Iterable[Metric]) -> tuple[Sample, ...]:
     """Metric families (as collectors yield or the parser returns) as plain samples."""
     return tuple(
@@ -88,21 +97,21 @@ def check_socket(path: str) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise FetchError(
+        raise _error(
             f"kubelet socket {path} does not exist (not a Kubernetes node, or the kubelet's "
             f"pod-resources socket is elsewhere): {hint}",
             exit_code=2,
         ) from None
     except PermissionError:
-        raise FetchError(
+        raise _error(
             f"permission denied reaching kubelet socket {path} (it is root-only: run as root): "
             f"{hint}",
             exit_code=2,
         ) from None
     if not stat.S_ISSOCK(st.st_mode):
-        raise FetchError(f"{path} is not a unix socket: {hint}", exit_code=2)
+        raise _error(f"{path} is not a unix socket: {hint}", exit_code=2)
     if not os.access(path, os.R_OK | os.W_OK):
-        raise FetchError(
+        raise _error(
             f"permission denied on kubelet socket {path} (it is root-only: run as root): {hint}",
             exit_code=2,
         )
@@ -146,11 +155,11 @@ class LocalSource:
         seen = self._reader.observe()
         if previous is None:  # the first reading must succeed; later ones keep the last good
             if seen.topology is None:
-                raise FetchError(f"{seen.topology_error} (--path.sysfs)", exit_code=2)
+                raise _error(f"{seen.topology_error} (--path.sysfs)", exit_code=2)
             if seen.reading is None:
                 error = seen.kubelet_error
                 code = 2 if isinstance(error, KubeletUnavailable) else 1
-                raise FetchError(
+                raise _error(
                     f"cannot read the kubelet at {self.settings.kubelet_socket} "
                     f"(--kubelet-socket): {error}",
                     exit_code=code,
@@ -177,13 +186,13 @@ def _get(url: str, what: str, timeout_s: float) -> bytes:
             return body
     except urllib.error.HTTPError as err:
         detail = err.read()[:300].decode(errors="replace").strip()
-        raise FetchError(
+        raise _error(
             f"{what} answered HTTP {err.code} for {url}: {detail or err.reason}", exit_code=1
         ) from err
     except urllib.error.URLError as err:
-        raise FetchError(f"cannot reach {what}: {err.reason}", exit_code=2) from err
+        raise _error(f"cannot reach {what}: {err.reason}", exit_code=2) from err
     except (TimeoutError, ConnectionError) as err:
-        raise FetchError(f"cannot reach {what}: {err}", exit_code=2) from err
+        raise _error(f"cannot reach {what}: {err}", exit_code=2) from err
 
 
 def _http_url(url: str, flag: str) -> urllib.parse.SplitResult:
@@ -224,11 +233,9 @@ class ExporterSource:
         try:
             samples = samples_from_families(text_string_to_metric_families(body.decode()))
         except (ValueError, UnicodeDecodeError) as err:
-            raise FetchError(f"{what} served no Prometheus text: {err}", exit_code=1) from err
+            raise _error(f"{what} served no Prometheus text: {err}", exit_code=1) from err
         if not any(s.name.startswith("podres_") for s in samples):
-            raise FetchError(
-                f"{what} serves no podres_ metrics: is it a podres exporter?", exit_code=1
-            )
+            raise _error(f"{what} serves no podres_ metrics: is it a podres exporter?", exit_code=1)
         return Reading(samples, at, self.origin)
 
     def close(self) -> None:
@@ -269,9 +276,10 @@ class PrometheusSource:
         try:
             data = json.loads(body)
         except ValueError as err:
-            raise FetchError(f"{what} answered no JSON to {promql!r}", exit_code=1) from err
+            raise _error(f"{what} answered no JSON to {promql!r}", exit_code=1) from err
         if data.get("status") != "success":
-            raise FetchError(f"{what} rejected {promql!r}: {data.get('error')}", exit_code=1)
+            error = str(data.get("error"))[:300]  # as much of an HTTP error's body
+            raise _error(f"{what} rejected {promql!r}: {error}", exit_code=1)
         result = data.get("data", {}).get("result", [])
         return result if isinstance(result, list) else []
 
@@ -297,13 +305,13 @@ class PrometheusSource:
                 if self._wanted(labels):
                     samples.append(Sample(name, labels, float(item["value"][1])))
         if not seen:
-            raise FetchError(
+            raise _error(
                 f"Prometheus at {self.base} (--prometheus) has no podres metrics: "
                 "does it scrape a podres exporter?",
                 exit_code=1,
             )
         if not samples:
-            raise FetchError(
+            raise _error(
                 f"--node {self.node!r}: no such node in Prometheus at {self.base} "
                 f"(nodes: {', '.join(sorted(seen))})",
                 exit_code=2,

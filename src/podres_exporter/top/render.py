@@ -5,6 +5,12 @@ rich, on a Console that writes to a string: ``width`` columns, no colour unless
 asked, nothing read from the environment. The same call draws ``--once`` output,
 the golden frames of the tests and, with ``color=True`` and a :class:`Screen`, each
 live frame.
+
+Names, ids and label values come from the kubelet, an exporter or Prometheus, and any
+of them may hold escape sequences, line breaks or bidi overrides. Every text bound for
+the terminal passes :func:`printable` before its width is measured (table cells in
+:func:`_table`, header items in :func:`_wrap`, every other line in :func:`_crop`), and
+rich is given :class:`~rich.text.Text`, never markup.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from rich.text import Text
 
 from podres_exporter.kube import BINARY_SUFFIXES
 from podres_exporter.model import Holder
+from podres_exporter.printable import printable
 from podres_exporter.top.rows import ContainerRow, DeviceRow, NodeHeader, TopData
 from podres_exporter.top.selection import Options, select, sort_direction
 
@@ -106,10 +113,13 @@ def short_resource(resource: str) -> str:
 
 
 def holder_text(h: Holder) -> str:
+    """``namespace/pod/container`` (``namespace/pod`` without a container), unescaped."""
     return f"{h.namespace}/{h.pod}/{h.container}" if h.container else f"{h.namespace}/{h.pod}"
 
 
 def _crop(text: str, width: int) -> str:
+    """One line of ``text`` (made :func:`printable`) cut at ``width`` with an ellipsis."""
+    text = printable(text)
     if cell_len(text) <= width:
         return text
     out = ""
@@ -132,7 +142,9 @@ def crop_middle(text: str, width: int) -> str:
 
 
 def _wrap(label: str, items: Sequence[str], width: int, hang: int = 0) -> list[str]:
-    """``label`` then ``items`` packed two spaces apart, continued ``hang`` past the first."""
+    """``label`` then ``items`` (made :func:`printable`) packed two spaces apart, continued
+    ``hang`` past the first."""
+    items = [printable(item) for item in items]
     label_width = 10 if width < _NARROW else 19
     indent = " " * (label_width + hang)
     lines: list[str] = []
@@ -235,6 +247,7 @@ def _table(
     styles: Sequence[Callable[[str], str]] | None = None,
 ) -> Table:
     gap = 1 if width < _NARROW else 2
+    cells = [[printable(v) for v in row] for row in cells]
     widths = _fit(cols, cells, width, gap)
     cells = [
         [crop_middle(v, w) if c.middle else v for v, c, w in zip(row, cols, widths, strict=True)]
@@ -259,7 +272,7 @@ def _table(
         )
     for row in cells:
         if styles is None:
-            table.add_row(*row)
+            table.add_row(*(Text(v) for v in row))
         else:
             table.add_row(*(Text(v, style=s(v)) for v, s in zip(row, styles, strict=True)))
     return table
@@ -283,7 +296,7 @@ def _aligned(value: bool | None) -> str:
 def container_cells(
     rows: Sequence[ContainerRow], *, wide: bool, multi_node: bool, width: int
 ) -> tuple[list[_Col], list[list[str]]]:
-    """The containers view: columns and cell texts.
+    """The containers view: columns and cell texts (raw: :func:`_table` escapes them).
 
     Below ``_NARROW`` columns NUMA and ALIGN share a column (``0,1!``: not aligned).
     """
@@ -336,7 +349,7 @@ def container_cells(
 def device_cells(
     rows: Sequence[DeviceRow], *, wide: bool, multi_node: bool, width: int
 ) -> tuple[list[_Col], list[list[str]]]:
-    """The devices view: columns and cell texts."""
+    """The devices view: columns and cell texts (raw: :func:`_table` escapes them)."""
     short = width < _SHORT
     cols = [
         _Col("RESOURCE", elastic=True, min_width=8),
@@ -518,7 +531,7 @@ def render(
         styles = [_style] * len(cols) if color else None
         console.print(_table(cols, shown, width, styles))
     else:
-        console.print(Text(_empty_message(data, options)))
+        console.print(Text(printable(_empty_message(data, options))))
     for line in bottom:
         console.print(Text(line))
     assert isinstance(console.file, io.StringIO)
