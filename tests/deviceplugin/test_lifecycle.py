@@ -4,23 +4,33 @@ kubelet's device manager."""
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
+import stat
+import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
+from podres_exporter.deviceplugin.board import Board
+from podres_exporter.deviceplugin.config import parse_config
+from podres_exporter.deviceplugin.inventory import ResourceInventory
+from podres_exporter.deviceplugin.lifecycle import PluginManager
 from podres_exporter.deviceplugin.main import (
     DevicePlugin,
     PluginSettings,
     build_plugin,
     load_plugin_config,
 )
+from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.options import parse_listen_address
 from podres_exporter.sim.devicemanager import (
     HEALTHY,
@@ -363,3 +373,145 @@ def test_an_injected_nvml_backend_gpu_health_and_topology_over_grpc(
         lambda: {d.health for d in advertised(kubelet, "nvidia.com/gpu") or []} == {HEALTHY},
         timeout=4,
     )
+
+
+# ------------------------------------------------------------------------ hardening
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    """umask 000 for the test: files and sockets are created as open as asked."""
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+def test_plugin_sockets_are_0600_whatever_the_umask(
+    permissive_umask: None, make_kubelet: Any, make_plugin: Any
+) -> None:
+    """With umask 000 the plugin's socket is still 0600: only root may call Allocate; a
+    socket served again (ours deleted) too."""
+    kubelet = make_kubelet()
+    plugin = make_plugin()
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE))
+    first = kubelet.directory / accepted(kubelet)[-1].endpoint
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o600
+    os.unlink(first)
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2, timeout=3)
+    second = plugin.manager.plugins[RESOURCE].socket_path
+    assert second is not None and second != str(first)
+    assert stat.S_IMODE(os.stat(second).st_mode) == 0o600
+
+
+def drain(call: Any, ended: queue.Queue[grpc.StatusCode]) -> None:
+    """Read a ListAndWatch stream to its end, as the kubelet does; put how it ended."""
+    try:
+        for _ in call:
+            pass
+        ended.put(grpc.StatusCode.OK)
+    except grpc.RpcError as err:
+        ended.put(err.code())
+
+
+def allocate_request() -> pb.AllocateRequest:
+    return pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=[VF_ADDRESSES[0]])]
+    )
+
+
+def test_open_list_and_watch_streams_cannot_starve_allocate(running: Running) -> None:
+    """32 ListAndWatch streams opened at once (stale kubelets, or anyone on the socket):
+    Allocate, GetPreferredAllocation and GetDevicePluginOptions still answer within 2 s; a
+    new stream ends the older ones, which the plugin does not take for a lost registration;
+    when the last one ends it registers again."""
+    kubelet, plugin = running
+    stub = plugin_stub(kubelet, RESOURCE)
+    calls = [stub.ListAndWatch(pb.Empty(), timeout=30) for _ in range(32)]
+    ended: queue.Queue[grpc.StatusCode] = queue.Queue()
+    for call in calls:
+        threading.Thread(target=drain, args=(call, ended), daemon=True).start()
+    options = stub.GetDevicePluginOptions(pb.Empty(), timeout=2)
+    assert options.get_preferred_allocation_available
+    answer = stub.Allocate(allocate_request(), timeout=2)
+    assert len(answer.container_responses) == 1
+    preferred = stub.GetPreferredAllocation(
+        pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=list(VF_ADDRESSES), allocation_size=2
+                )
+            ]
+        ),
+        timeout=2,
+    )
+    assert len(preferred.container_responses[0].deviceIDs) == 2
+    # The older streams end (or were refused while those ended): only the newest stays
+    # open, and the kubelet's is gone.
+    codes = [ended.get(timeout=5) for _ in range(31)]
+    assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.CANCELLED,
+                          grpc.StatusCode.RESOURCE_EXHAUSTED}, codes  # fmt: skip
+    assert kubelet.wait_for(lambda: not kubelet.connected(RESOURCE), timeout=5)
+    time.sleep(0.5)  # a re-registration loop, or the newest stream ending, would show here
+    assert ended.empty()
+    assert len(accepted(kubelet)) == 1
+    for c in calls:
+        c.cancel()  # the newest stream's end is a lost registration: register again
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2 and advertised(kubelet, RESOURCE))
+    assert advertised(kubelet, RESOURCE) == HEALTHY_VFS
+    time.sleep(0.5)
+    assert len(accepted(kubelet)) == 2
+    assert plugin.manager.plugins[RESOURCE].registered
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_alive_while_every_lifecycle_thread_runs(make_kubelet: Any, make_plugin: Any) -> None:
+    """PluginManager.alive: False before start, True while each resource's thread runs,
+    False once one has died, and after stop."""
+    resource = parse_config(tomllib.loads(CONFIG)).resources[0]
+    metrics = PluginMetrics("test", [RESOURCE])
+    idle = PluginManager(
+        [resource],
+        {RESOURCE: Board(ResourceInventory(RESOURCE))},
+        metrics,
+        plugin_dir="/nonexistent",
+    )
+    assert not idle.alive()
+    make_kubelet()
+    plugin = make_plugin()
+    manager = plugin.manager
+    assert manager.alive()
+
+    def die(*_: object) -> bool:
+        raise SystemExit  # ends the thread quietly, as an unforeseen bug would end it
+
+    manager.plugins[RESOURCE]._ensure_served = die
+    wait_until(lambda: not manager.alive(), timeout=5)
+    plugin.stop("test")
+    assert not manager.alive()
+
+
+def test_a_socket_that_cannot_be_made_0600_is_not_served(
+    make_kubelet: Any, make_plugin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """chmod fails: the socket is removed, nothing is registered, the failure is logged;
+    once chmod works again the plugin serves and registers."""
+    real_chmod = os.chmod
+    failing = threading.Event()
+    failing.set()
+
+    def chmod(path: Any, mode: int, **kwargs: Any) -> None:
+        if failing.is_set() and os.path.basename(str(path)).startswith("podres-"):
+            raise PermissionError(1, "Operation not permitted", str(path))
+        real_chmod(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    kubelet = make_kubelet()
+    with structlog.testing.capture_logs() as logs:
+        plugin = make_plugin()
+        wait_until(lambda: any(e["event"] == "plugin_socket_chmod_failed" for e in logs))
+        time.sleep(0.3)
+        assert accepted(kubelet) == []
+        assert files(kubelet) == ["kubelet.sock"]
+        assert plugin.manager.plugins[RESOURCE].socket_path is None
+    failing.clear()
+    assert kubelet.wait_for(lambda: advertised(kubelet, RESOURCE) == HEALTHY_VFS, timeout=5)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import queue
 import threading
 import time
@@ -14,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from podres_exporter import process
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from podres_exporter.deviceplugin.config import parse_config
@@ -204,3 +207,69 @@ def test_preferred_allocation_answers_each_container(served: Served) -> None:
         ["renderD128", "renderD129"],
         ["renderD130"],
     ]
+
+
+# ------------------------------------------------------------------ bounded logs and errors
+
+
+def logged(out: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_an_allocate_of_10000_containers_logs_one_short_line(served: Served) -> None:
+    """One Allocate call, one log line: counts and the first few ids, not one per container."""
+    out = io.StringIO()
+    process.configure_logging("info", "json", stream=out)
+    request = pb.AllocateRequest(
+        container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[NODES[i % 3]]) for i in range(10_000)
+        ]
+    )
+    resp = served.stub.Allocate(request, timeout=30)
+    assert len(resp.container_responses) == 10_000
+    assert len(out.getvalue()) < 2048
+    (event,) = logged(out)
+    assert event["event"] == "allocated"
+    assert (event["containers"], event["devices"]) == (10_000, 10_000)
+    assert event["device_ids"] == "renderD128, renderD129, renderD130, renderD128 and 9996 more"
+    ok = served.metrics.registry.get_sample_value(
+        "podres_plugin_allocations_total", {"resource": RESOURCE, "result": "success"}
+    )
+    assert ok == 10_000
+
+
+def test_a_1mb_device_id_is_refused_with_a_short_error_and_a_short_log(served: Served) -> None:
+    """An unknown id of 1 MB (and 10,000 more unknown ids): INVALID_ARGUMENT whose text
+    names the first few, cut, and one log line of a few KB."""
+    out = io.StringIO()
+    process.configure_logging("info", "json", stream=out)
+    huge = "card" + "9" * 1_000_000
+    many = [f"card{i}" for i in range(10_000)]
+    request = pb.AllocateRequest(
+        container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=["renderD128"]),
+            pb.ContainerAllocateRequest(devices_ids=[huge, "renderD129", *many]),
+            pb.ContainerAllocateRequest(devices_ids=[huge]),  # 3 MB in all: under gRPC's 4 MB
+        ]
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        served.stub.Allocate(request, timeout=30)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = info.value.details() or ""
+    assert len(details) < 512
+    assert details.startswith(f"unknown device ids for {RESOURCE}: card999")
+    assert "chars)" in details and details.endswith("card0, card1, card2 and 9997 more")
+    assert len(out.getvalue()) < 4096
+    (event,) = logged(out)
+    assert event["event"] == "allocate_refused"
+    assert (event["container"], event["containers"], event["reason"]) == (1, 3, "unknown")
+
+
+def test_a_1mb_id_in_pre_start_is_refused_short(served: Served) -> None:
+    """PreStartContainer with a 1 MB unknown id: INVALID_ARGUMENT, a short text."""
+    with pytest.raises(grpc.RpcError) as info:
+        served.stub.PreStartContainer(
+            pb.PreStartContainerRequest(devices_ids=["x" * 1_000_000]), timeout=10
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(info.value.details() or "") < 512

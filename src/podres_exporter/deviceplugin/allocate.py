@@ -41,6 +41,7 @@ __all__ = [
     "DeviceNode",
     "allocate",
     "check_ids",
+    "id_summary",
     "pci_env_name",
     "preferred_allocation",
 ]
@@ -57,6 +58,10 @@ _SAME_GPU: Final = 0  # MIG devices of one board: NVML_TOPOLOGY_INTERNAL
 # distinct devices the greedy pick starts from the lowest id only.
 _MAX_NUMA_SEARCH: Final = 12
 _MAX_STARTS: Final = 32
+# Ids named in an error or a log line: the first few, each cut to a length (a request's ids
+# come from the kubelet, or anyone who can reach the socket, and may be megabytes).
+_NAMED_IDS: Final = 4
+_ID_CHARS: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +92,26 @@ def _unique(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
+def id_summary(ids: Sequence[str], *, width: int = _ID_CHARS) -> str:
+    """The first few ``ids``, each cut to ``width`` characters, and how many more: short
+    enough for an error message or a log line whatever the request held.
+
+    ``a, b, c, d and 9996 more``; an id cut shows ``…(+N chars)``.
+    """
+    named = [
+        i if len(i) <= width else f"{i[:width]}…(+{len(i) - width} chars)" for i in ids[:_NAMED_IDS]
+    ]
+    more = len(ids) - len(named)
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
 def check_ids(inventory: ResourceInventory, ids: Sequence[str]) -> tuple[Device, ...]:
     """The advertised devices ``ids`` name; AllocationError naming the unknown ids, else
-    the unhealthy ones."""
+    the unhealthy ones (the first few: :func:`id_summary`)."""
     unknown = [i for i in _unique(ids) if i not in inventory.by_id]
     if unknown:
         raise AllocationError(
-            f"unknown device ids for {inventory.resource}: {', '.join(unknown)}",
+            f"unknown device ids for {inventory.resource}: {id_summary(unknown)}",
             reason="unknown",
         )
     devices = tuple(inventory.by_id[i] for i in _unique(ids))
@@ -105,7 +123,7 @@ def check_ids(inventory: ResourceInventory, ids: Sequence[str]) -> tuple[Device,
             why = hw.reason if hw is not None and hw.reason else "unhealthy"
             reasons.append(f"{d.id} ({why})")
         raise AllocationError(
-            f"unhealthy devices of {inventory.resource}: {', '.join(reasons)}",
+            f"unhealthy devices of {inventory.resource}: {id_summary(reasons, width=256)}",
             reason="unhealthy",
         )
     return devices

@@ -4,8 +4,11 @@ For each resource, on its own thread (:class:`ResourcePlugin`):
 
 1. serve ``DevicePlugin`` on a socket of its own in the device-plugins directory,
    named ``podres-<resource>-<random>.sock`` so two instances (a rolling update)
-   never share one; the gRPC pool has room for the kubelet's long-lived
-   ListAndWatch stream plus concurrent Allocate calls;
+   never share one, mode 0600 whatever the umask (a socket that cannot be made so is
+   not served); the gRPC pool has room for the ListAndWatch streams a servicer keeps
+   (:data:`~podres_exporter.deviceplugin.servicer.MAX_STREAMS`: a new one ends the
+   older) plus :data:`UNARY_WORKERS` for Allocate and the other calls, so open streams
+   never stall pod admission;
 2. dial that socket and call ``GetDevicePluginOptions``: it answers before the
    kubelet is told about it;
 3. ``Register`` with ``<dir>/kubelet.sock`` (version ``v1beta1``, the socket's file
@@ -18,7 +21,8 @@ For each resource, on its own thread (:class:`ResourcePlugin`):
    vanished (the kubelet deletes plugin sockets at start), a fresh socket is
    served and registered again, in well under 2 s. Allocations live in the
    kubelet's checkpoint: nothing is lost. When the kubelet ends the ListAndWatch
-   stream of the current registration, the plugin registers again.
+   stream of the current registration, the plugin registers again (not when the
+   servicer ended it for a newer stream).
 
 Each retry waits a :class:`~podres_exporter.backoff.Backoff` from ``Timing``'s
 ``backoff_initial_s`` to ``backoff_max_s``: a refused Register with jitter (every
@@ -27,7 +31,8 @@ registering again after a lost stream, and going on after an unexpected error,
 without.
 
 :meth:`PluginManager.stop` ends the streams, stops the servers with a short grace
-and removes the sockets. gRPC errors become :class:`RegistrationError` here.
+and removes the sockets; :meth:`PluginManager.alive` says whether every thread still
+runs. gRPC errors become :class:`RegistrationError` here.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.servicer import (
+    MAX_STREAMS,
     DevicePluginServicer,
     HealthCheck,
     plugin_options,
@@ -77,6 +83,13 @@ API_VERSION: Final = "v1beta1"
 KUBELET_SOCKET: Final = "kubelet.sock"
 # A Register retry waits 0.8 to 1.2 times its backoff ceiling.
 _REGISTER_JITTER: Final[Jitter] = (0.8, 1.2)
+UNARY_WORKERS: Final = 12
+"""Server threads of a plugin socket beyond those its ListAndWatch streams can hold
+(:data:`~podres_exporter.deviceplugin.servicer.MAX_STREAMS`): Allocate,
+GetPreferredAllocation, PreStartContainer and GetDevicePluginOptions always have these."""
+MAX_CONCURRENT_RPCS: Final = 128
+"""Calls a plugin socket takes at once, running or queued; beyond, ``RESOURCE_EXHAUSTED``:
+a flood of calls queues no further."""
 
 
 def _is_socket(path: str) -> bool:
@@ -146,6 +159,10 @@ class KubeletWatch:
         self._thread = threading.Thread(target=self._run, name="podres-kubelet-watch", daemon=True)
         self._thread.start()
 
+    def alive(self) -> bool:
+        """Whether the polling thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _run(self) -> None:
         while not self._stop.wait(self._poll_s):
             self.poll()
@@ -207,7 +224,7 @@ class ResourcePlugin:
         plugin_dir: str,
         health_check: HealthCheck | None = None,
         timing: Timing = Timing(),
-        max_workers: int = 16,
+        unary_workers: int = UNARY_WORKERS,
     ) -> None:
         self.resource = resource
         self._board = board
@@ -222,7 +239,7 @@ class ResourcePlugin:
         )
         self._backoff = Backoff(timing.backoff_initial_s, timing.backoff_max_s, jitter=NO_JITTER)
         self._rng = random.Random()
-        self._max_workers = max_workers
+        self._unary_workers = unary_workers
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._served: _Served | None = None
@@ -254,6 +271,10 @@ class ResourcePlugin:
             target=self._run, name=f"podres-plugin-{self.resource.slug}", daemon=True
         )
         self._thread.start()
+
+    def alive(self) -> bool:
+        """Whether the lifecycle thread runs (started, not stopped, not died)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         """Stop the thread, end the streams, stop the server, remove the socket."""
@@ -395,9 +416,10 @@ class ResourcePlugin:
             )
             return None
         executor = ThreadPoolExecutor(
-            max_workers=self._max_workers, thread_name_prefix=f"podres-dp-{self.resource.slug}"
+            max_workers=MAX_STREAMS + self._unary_workers,
+            thread_name_prefix=f"podres-dp-{self.resource.slug}",
         )
-        server = grpc.server(executor)
+        server = grpc.server(executor, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
         servicer = DevicePluginServicer(
             self.resource,
             self._board,
@@ -413,6 +435,17 @@ class ResourcePlugin:
             log.error("plugin_bind_failed", socket=path, error=str(err))
         if port == 0:
             executor.shutdown(wait=False)
+            return None
+        try:
+            # Whatever the umask, only the owner (root) may call Allocate; no call is taken
+            # before start().
+            os.chmod(path, 0o600)
+        except OSError as err:
+            log.error("plugin_socket_chmod_failed", socket=path, error=str(err))
+            server.stop(None)
+            executor.shutdown(wait=False)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
             return None
         server.start()
         served = _Served(server, executor, servicer, path, file_identity(path))
@@ -546,6 +579,11 @@ class PluginManager:
         self.watch.start()
         for plugin in self.plugins.values():
             plugin.start()
+
+    def alive(self) -> bool:
+        """True while every resource's lifecycle thread and the kubelet watch run: a dead
+        one would never serve or register its resource again (the plugin's ``/healthz``)."""
+        return self.watch.alive() and all(p.alive() for p in self.plugins.values())
 
     def stop(self) -> None:
         """Stop every plugin (sockets removed) and the watch; returns within seconds."""

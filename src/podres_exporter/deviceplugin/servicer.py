@@ -4,10 +4,14 @@
   ``pre_start``, ``get_preferred_allocation_available`` always (the same options
   the lifecycle sends in the RegisterRequest: :func:`plugin_options`).
 * ``ListAndWatch``: the complete device list at once, then again on every change
-  of it; the stream ends when the board closes (shutdown) or the kubelet cancels.
+  of it; the stream ends when the board closes (shutdown), the kubelet cancels, or a
+  newer stream opens: the kubelet reads only its latest, and a stream holds a server
+  thread for its life, so stale ones (a restarted kubelet's, anyone's on the socket)
+  must not pile up and starve Allocate. At most :data:`MAX_STREAMS` are open at once.
 * ``GetPreferredAllocation``: :func:`allocate.preferred_allocation` per container.
 * ``Allocate``: :func:`allocate.allocate` per container; unknown or unhealthy ids
-  answer ``INVALID_ARGUMENT`` with the message naming them.
+  answer ``INVALID_ARGUMENT`` with the message naming them (the first few, cut). One
+  log line per call, however many containers it names.
 * ``PreStartContainer``: runs a fresh health check (the :data:`HealthCheck` it was
   given), then ``FAILED_PRECONDITION`` if any of the ids is unhealthy
   (``INVALID_ARGUMENT`` if unknown).
@@ -18,7 +22,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeAlias
+from dataclasses import dataclass
+from typing import Final, TypeAlias
 
 import grpc
 import structlog
@@ -29,6 +34,7 @@ from podres_exporter.deviceplugin.allocate import (
     ContainerAllocation,
     allocate,
     check_ids,
+    id_summary,
     preferred_allocation,
 )
 from podres_exporter.deviceplugin.board import Board
@@ -38,6 +44,7 @@ from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.errors import AllocationError
 
 __all__ = [
+    "MAX_STREAMS",
     "DevicePluginServicer",
     "HealthCheck",
     "StreamLost",
@@ -49,6 +56,11 @@ log = structlog.get_logger(__name__)
 
 # How long a stream waits for a change before it looks whether it was cancelled.
 _STREAM_POLL_S = 1.0
+
+MAX_STREAMS: Final = 4
+"""ListAndWatch streams one servicer holds at once, superseded ones still ending
+included; each holds a server thread for its life. One is current; a new one beyond
+these is refused with ``RESOURCE_EXHAUSTED``."""
 
 HealthCheck: TypeAlias = Callable[[], None]
 """One health check of every resource, now: it reads the hardware and publishes each
@@ -96,13 +108,23 @@ def _device_key(inventory: ResourceInventory) -> tuple[tuple[str, bool, tuple[in
     return tuple((d.id, d.healthy, d.numa_nodes) for d in inventory.devices)
 
 
+@dataclass(eq=False, slots=True)
+class _Stream:
+    """An open ListAndWatch stream: its call, its start (monotonic), and whether a newer
+    stream ended it."""
+
+    context: grpc.ServicerContext
+    started: float
+    superseded: bool = False
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """One resource's DevicePlugin service, serving what ``board`` holds.
 
     ``health_check``: run by PreStartContainer before it judges the devices (none: it
     judges by the last check). ``on_stream_lost``: told when the kubelet ends a
-    ListAndWatch stream that we did not close. Every method is safe to call from many
-    threads at once.
+    ListAndWatch stream that we did not close (nor superseded by a newer one). Every
+    method is safe to call from many threads at once.
     """
 
     def __init__(
@@ -120,6 +142,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self._health_check = health_check
         self._on_stream_lost = on_stream_lost
         self._closed = threading.Event()
+        self._streams_lock = threading.Lock()
+        self._streams: list[_Stream] = []  # open, newest last
 
     def close(self) -> None:
         """End this servicer's ListAndWatch streams (its server is being retired)."""
@@ -136,7 +160,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     ) -> Iterator[pb.ListAndWatchResponse]:
         name = self._resource.name
         board = self._board
-        started = time.monotonic()
+        stream = self._open_stream(context)
+        if stream is None:
+            log.warning("list_and_watch_refused", resource=name, open=MAX_STREAMS)
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{MAX_STREAMS} ListAndWatch streams of {name} are ending: try again",
+            )
         context.add_callback(board.poke)  # a cancelled stream wakes at once
         self._metrics.stream_opened(name)
         log.info("list_and_watch_started", resource=name)
@@ -144,7 +174,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             version, inventory = board.current()
             sent = _device_key(inventory)
             yield list_and_watch_response(inventory)
-            while context.is_active() and not board.closed and not self._closed.is_set():
+            while (
+                context.is_active()
+                and not board.closed
+                and not self._closed.is_set()
+                and not stream.superseded
+            ):
                 new_version = board.wait(version, _STREAM_POLL_S)
                 if new_version == version:
                     continue
@@ -154,11 +189,41 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                     sent = key
                     yield list_and_watch_response(inventory)
         finally:
+            superseded = self._close_stream(stream)
             self._metrics.stream_closed(name)
-            log.info("list_and_watch_ended", resource=name)
-            ours = board.closed or self._closed.is_set()
+            ours = board.closed or self._closed.is_set() or superseded
+            log.info(
+                "list_and_watch_ended",
+                resource=name,
+                by="plugin" if ours else "client",
+                superseded=superseded,
+            )
             if not ours and self._on_stream_lost is not None:
-                self._on_stream_lost(self, started)  # the kubelet ended it: it never re-dials
+                # The kubelet ended it: it never re-dials.
+                self._on_stream_lost(self, stream.started)
+
+    def _open_stream(self, context: grpc.ServicerContext) -> _Stream | None:
+        """Admit a new stream and end the older ones (cancelled: a blocked send ends too);
+        None when :data:`MAX_STREAMS` are still ending."""
+        with self._streams_lock:
+            if len(self._streams) >= MAX_STREAMS:
+                return None
+            older = list(self._streams)
+            stream = _Stream(context, time.monotonic())
+            self._streams.append(stream)
+            for s in older:
+                s.superseded = True
+        for s in older:
+            s.context.cancel()  # type: ignore[no-untyped-call]  # the stubs leave it untyped
+        if older:
+            self._board.poke()
+        return stream
+
+    def _close_stream(self, stream: _Stream) -> bool:
+        """Forget ``stream``; whether a newer one superseded it."""
+        with self._streams_lock:
+            self._streams.remove(stream)
+            return stream.superseded
 
     def GetPreferredAllocation(  # noqa: N802 - the gRPC method name
         self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
@@ -182,18 +247,34 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     ) -> pb.AllocateResponse:
         _, inventory = self._board.current()
         name = self._resource.name
+        requests = request.container_requests
         responses = []
-        for req in request.container_requests:
+        for index, req in enumerate(requests):
             ids = list(req.devices_ids)
             try:
                 alloc = allocate(self._resource, inventory, ids)
             except AllocationError as err:
                 self._metrics.allocation(name, err.reason)
-                log.warning("allocate_refused", resource=name, devices=ids, error=str(err))
+                log.warning(
+                    "allocate_refused",
+                    resource=name,
+                    container=index,
+                    containers=len(requests),
+                    reason=err.reason,
+                    error=str(err),
+                )
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             self._metrics.allocation(name, "success")
-            log.info("allocated", resource=name, devices=ids)
             responses.append(_container_response(alloc))
+        # One line per call, whatever it asked for: 10,000 containers are not 10,000 lines.
+        every_id = [i for req in requests for i in req.devices_ids]
+        log.info(
+            "allocated",
+            resource=name,
+            containers=len(requests),
+            devices=len(every_id),
+            device_ids=id_summary(every_id),
+        )
         return pb.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(  # noqa: N802 - the gRPC method name
