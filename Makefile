@@ -61,6 +61,7 @@ rules: $(STAMP)
 ## bench: the performance benchmark (see docs/performance.md)
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/web_servers.py
 
 ## image: the container image, tagged $(IMAGE) (podman, else docker); IMAGE=... to retag,
 ## IMAGE_BUILD_FLAGS=... for extra build flags (network, build secrets: see the Dockerfile)

@@ -2,38 +2,54 @@
 
 A daemon plugs in a :class:`Site`: the ``/metrics`` body for a format and an encoding,
 a health check and a readiness check (each ``(ok, text)``: 200 or 503 with the text as
-the body) and the details of its index page. One threaded server, HTTP/1.1 with
-keep-alive, one thread per connection (daemon threads); no access log.
+the body) and the details of its index page. No access log.
 
 ``/metrics`` negotiation: OpenMetrics when the ``Accept`` header asks for it (as
 prometheus_client decides), the Prometheus text format otherwise; gzip when
 ``Accept-Encoding`` allows it (:func:`accepts_gzip`).
+
+The server (:class:`WebServer`) is one asyncio event loop in one thread, which holds
+every connection, and two small fixed thread pools that run the synchronous parts (the
+:class:`Site` callables, the web-config provider, the bcrypt check of basic auth). A
+slow or idle client therefore costs a socket and a few kilobytes, never a thread, and
+every resource one client can hold is bounded by :class:`Limits`. TLS, basic auth and
+extra response headers come from a :data:`~podres_exporter.webconfig.WebConfigProvider`,
+asked at each connection (TLS) and each request (auth, headers).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
 import gzip
 import html
+import resource
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from email.utils import formatdate
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics import exposition as om
 
+from podres_exporter.webconfig import WebConfig, WebConfigProvider
+
 __all__ = [
     "Check",
     "Index",
+    "Limits",
     "MetricsBody",
     "Site",
     "WebServer",
     "accepts_gzip",
+    "connection_cap",
     "display_url",
     "registry_metrics",
     "render_registry",
@@ -157,6 +173,215 @@ def accepts_gzip(header: str | None) -> bool:
     return bool(weights) and max(weights) > 0
 
 
+# ------------------------------------------------------------------------------ limits
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one client may hold of the server, and for how long.
+
+    ``max_connections`` (4096): connections open at once, whatever their state; one
+    more is answered ``503`` and closed. Room for a Prometheus pair, the kubelet's
+    probes and a thousand or so idle or slow clients, at a few kilobytes each. Lowered
+    (one log event) when the process's open-file limit cannot hold it.
+    ``backlog`` (1024): the listen queue; the kernel caps it at ``net.core.somaxconn``.
+    ``head_timeout_s`` (10 s): a request head must be complete this long after the
+    connection was accepted (after the TLS handshake), or after its first byte on a
+    kept-alive connection, whatever the client trickles in.
+    ``idle_timeout_s`` (75 s): a kept-alive connection may wait this long for its next
+    request: longer than the usual scrape intervals (15 to 60 s), so a scraper keeps
+    its connection (and its TLS session).
+    ``max_head_bytes`` (8 KiB): the request line and headers together; a larger head
+    is answered ``431`` and the connection closed. A scrape's head is some 300 bytes.
+    ``tls_handshake_timeout_s`` (10 s): the TLS handshake's deadline.
+    ``write_timeout_s`` (30 s): a response must be handed to the kernel within this,
+    or the connection is dropped (a client that does not read).
+    ``workers`` (4): threads for ``/metrics``, ``/`` and the rest (basic auth's bcrypt
+    check included); ``probe_workers`` (2): threads for ``/healthz``, ``/readyz`` and
+    the web-config provider, so that slow scrapes or a flood of wrong passwords never
+    delay the kubelet's probes.
+    ``stop_grace_s`` (1.5 s): how long :meth:`WebServer.stop` lets responses in flight
+    finish before it drops them.
+    """
+
+    max_connections: int = 4096
+    backlog: int = 1024
+    head_timeout_s: float = 10.0
+    idle_timeout_s: float = 75.0
+    max_head_bytes: int = 8192
+    tls_handshake_timeout_s: float = 10.0
+    write_timeout_s: float = 30.0
+    workers: int = 4
+    probe_workers: int = 2
+    stop_grace_s: float = 1.5
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) <= 0:
+                raise ValueError(f"Limits.{f.name} must be positive, not {getattr(self, f.name)}")
+
+
+# Descriptors kept for everything else a daemon opens (the listening socket, the kubelet's
+# gRPC channel, sysfs and procfs reads, the device plugin's sockets) when the connection
+# cap is fitted under the open-file limit.
+_FD_RESERVE = 256
+# A closed connection's last bytes (and TLS close_notify) get this long, then are dropped.
+_CLOSE_TIMEOUT_S = 2.0
+# A response body is written in slices of this size, each once the previous one has
+# mostly gone: a client that reads slowly holds at most about this much of our memory.
+# A body up to this size goes out with its head in one write.
+_WRITE_SLICE = 256 * 1024
+# After an accept fails for lack of descriptors, wait this long before accepting again.
+_ACCEPT_RETRY_S = 0.5
+# Accept failures that mean "out of resources", not "this one connection went away".
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# Accept failures of one connection (accept(2) passes on its pending network errors).
+_CONNECTION_ERRNOS = frozenset(
+    {
+        errno.ECONNABORTED,
+        errno.EPROTO,
+        errno.EPERM,
+        errno.ENETDOWN,
+        errno.ENETUNREACH,
+        errno.EHOSTDOWN,
+        errno.EHOSTUNREACH,
+        errno.ENOPROTOOPT,
+        errno.EOPNOTSUPP,
+        errno.ENONET,
+    }
+)
+# How much of a refused request is read (and dropped) at a time before closing.
+_DISCARD_BYTES = 16 * 1024
+
+_PROBES = frozenset({"/healthz", "/readyz"})
+_METHODS = frozenset({"GET", "HEAD"})
+_VERSIONS = frozenset({"HTTP/1.0", "HTTP/1.1"})
+_INTERNAL_ERROR = b"internal error\n"
+
+
+def connection_cap(wanted: int, soft: int, hard: int) -> tuple[int, int]:
+    """The connection cap and the soft open-file limit to set for ``wanted`` connections.
+
+    ``soft`` and ``hard`` are RLIMIT_NOFILE's (``resource.RLIM_INFINITY`` for none). The
+    soft limit is raised, up to the hard one, to hold ``wanted`` connections and a
+    reserve of descriptors for the rest of the daemon; when even the hard limit is too
+    low, the cap is what it leaves (at least half of it).
+    """
+    need = wanted + _FD_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return wanted, soft
+    new_soft = need if hard == resource.RLIM_INFINITY else max(soft, min(need, hard))
+    return min(wanted, max(new_soft // 2, new_soft - _FD_RESERVE)), new_soft
+
+
+def _fit_open_file_limit(wanted: int) -> int:
+    """The connection cap this process can hold: RLIMIT_NOFILE's soft limit raised as far
+    as needed and allowed, and the cap lowered (one log event) when that is not enough."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    cap, limit = connection_cap(wanted, soft, hard)
+    if limit != soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        except (ValueError, OSError) as err:
+            log.warning("open_file_limit_not_raised", limit=soft, wanted=limit, error=str(err))
+            cap, limit = connection_cap(wanted, soft, soft)
+        else:
+            log.info("open_file_limit_raised", old=soft, new=limit)
+    if cap < wanted:
+        log.warning(
+            "http_connection_cap_lowered",
+            max_connections=cap,
+            wanted=wanted,
+            open_file_limit=limit,
+            hint="raise the container's or the service's open-file limit (ulimit -n)",
+        )
+    return cap
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A parsed request head. Header names are lower-case; repeated headers are joined
+    with ``", "`` (RFC 9110 5.3)."""
+
+    method: str
+    path: str
+    version: str
+    headers: dict[str, str]
+
+    @property
+    def keep_alive(self) -> bool:
+        tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        if self.version == "HTTP/1.1":
+            return "close" not in tokens
+        return "keep-alive" in tokens
+
+    @property
+    def has_body(self) -> bool:
+        length = self.headers.get("content-length", "0").strip()
+        return "transfer-encoding" in self.headers or length != "0"
+
+
+def _parse_head(head: bytes) -> _Request | None:
+    """The request in ``head`` (through its blank line); None when it is malformed."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or parts[2] not in _VERSIONS or not parts[0] or not parts[1]:  # noqa: PLR2004 - method, target, version
+        return None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        # No folded lines and no space before the colon (RFC 9112 5.1, 5.2).
+        if not sep or not name or name != name.strip(" \t"):
+            return None
+        key, value = name.lower(), value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    method, target, version = parts
+    return _Request(method, target.split("?", 1)[0], version, headers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: HTTPStatus
+    body: bytes
+    content_type: str = _TEXT
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _text(status: HTTPStatus, text: str, *headers: tuple[str, str]) -> _Response:
+    return _Response(status, f"{text}\n".encode(), _TEXT, headers)
+
+
+def _head_bytes(
+    response: _Response, *, connection: str | None, extra: tuple[tuple[str, str], ...]
+) -> bytes:
+    """The status line and headers of ``response``, ``extra`` (the web config's) last;
+    ``connection``: the ``Connection`` header, if any (``close``, ``keep-alive``)."""
+    status = response.status
+    lines = [
+        f"HTTP/1.1 {status.value} {status.phrase}",
+        "Server: podres",  # the product alone: no version of ours or of Python
+        f"Date: {formatdate(usegmt=True)}",
+        f"Content-Type: {response.content_type}",
+        f"Content-Length: {len(response.body)}",
+    ]
+    lines += [f"{k}: {v}" for k, v in response.headers]
+    lines += [f"{k}: {v}" for k, v in extra]
+    if connection is not None:
+        lines.append(f"Connection: {connection}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _refusal(status: HTTPStatus, text: str, extra: tuple[tuple[str, str], ...]) -> bytes:
+    """A whole response that closes its connection, for answers the loop gives itself."""
+    response = _text(status, text)
+    return _head_bytes(response, connection="close", extra=extra) + response.body
+
+
 # ------------------------------------------------------------------------------ server
 
 
@@ -173,74 +398,82 @@ def display_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: WebServer
-    protocol_version = "HTTP/1.1"
+def _quiet_loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """The loop's own error reports as one log event each, never a traceback on stderr.
 
-    def version_string(self) -> str:
-        """The ``Server`` header: the product alone, no version of ours or Python's."""
-        return "podres"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # access logs are noise for a scrape target
-
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        try:
-            status, body, content_type, extra = self._answer(path)
-        except Exception as err:  # noqa: BLE001 - answer 500, keep serving
-            log.error("http_request_failed", path=path, error=repr(err))
-            status, body, content_type, extra = (
-                HTTPStatus.INTERNAL_SERVER_ERROR,
-                b"internal error\n",
-                _TEXT,
-                {},
-            )
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in extra.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _answer(self, path: str) -> tuple[HTTPStatus, bytes, str, dict[str, str]]:
-        site = self.server.site
-        if path == "/metrics":
-            _, content_type = choose_encoder(self.headers.get("Accept", ""))
-            openmetrics = content_type.startswith("application/openmetrics-text")
-            gz = accepts_gzip(self.headers.get("Accept-Encoding"))
-            body = site.metrics(openmetrics=openmetrics, gz=gz)
-            return HTTPStatus.OK, body, content_type, {"Content-Encoding": "gzip"} if gz else {}
-        if path in ("/healthz", "/readyz"):
-            ok, text = site.health() if path == "/healthz" else site.readiness()
-            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
-            return status, f"{text}\n".encode(), _TEXT, {}
-        if path == "/":
-            return HTTPStatus.OK, site.index.render(), "text/html; charset=utf-8", {}
-        body = b"not found: try /metrics, /healthz, /readyz or /\n"
-        return HTTPStatus.NOT_FOUND, body, _TEXT, {}
+    A client's broken connection (an OSError, TLS errors included) is routine: debug."""
+    err = context.get("exception")
+    level = log.debug if isinstance(err, OSError) else log.warning
+    level("http_loop_error", message=str(context.get("message")), error=repr(err))
 
 
-class WebServer(ThreadingHTTPServer):
+def _drop(transport: asyncio.WriteTransport) -> None:
+    """Close ``transport`` at once. One that has closed already is left as it is: Python
+    3.11's socket transport, once closed after flushing its buffer, has let go of its
+    loop, and its abort() fails on that."""
+    with contextlib.suppress(AttributeError):
+        transport.abort()
+
+
+@dataclass(eq=False, slots=True)
+class _Connection:
+    """One open connection: whether a request of it is in flight (stop lets it finish)."""
+
+    task: asyncio.Task[None] | None = None
+    busy: bool = False
+
+
+@dataclass(slots=True)
+class _State:
+    """The loop's view of its resources, for one log event per change."""
+
+    full: bool = False
+    accept_failing: bool = False
+    config_failing: bool = False
+    stopping: bool = False
+    connections: set[_Connection] = field(default_factory=set)
+
+
+class WebServer:
     """A daemon's HTTP server on ``address`` (host, port; port 0 picks one).
 
     An IPv6 host (one with a colon) is served over IPv6. Bound on construction
-    (OSError when it cannot be); :meth:`start` serves in a thread, :meth:`stop` ends.
+    (OSError when it cannot be); :meth:`start` serves from a thread, :meth:`stop` ends.
+    ``web_config``: the TLS, basic-auth and header configuration in force (asked at each
+    connection and request; None: plain HTTP, open). ``limits``: see :class:`Limits`.
     """
 
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], site: Site) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    def __init__(
+        self,
+        address: tuple[str, int],
+        site: Site,
+        *,
+        web_config: WebConfigProvider | None = None,
+        limits: Limits = Limits(),  # frozen: one instance is shared safely
+    ) -> None:
         self.site = site
+        self.limits = limits
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._provider = web_config
+        self._config: WebConfig | None = None  # the last one the provider gave
+        sock = socket.socket(self.address_family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(limits.backlog)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._socket = sock
+        self.server_address: tuple[str, int] = sock.getsockname()[:2]
+        self.max_connections = _fit_open_file_limit(limits.max_connections)
+        self._state = _State()
         self._thread: threading.Thread | None = None
-        super().__init__(address, _Handler)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested: asyncio.Event | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._probe_pool: ThreadPoolExecutor | None = None
 
     @property
     def port(self) -> int:
@@ -250,22 +483,378 @@ class WebServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         """The base URL clients use (see :func:`display_url`)."""
-        host = self.server_address[0]
-        return display_url(host if isinstance(host, str) else bytes(host).decode(), self.port)
+        return display_url(str(self.server_address[0]), self.port)
+
+    # ---------------------------------------------------------------- life cycle
 
     def start(self, name: str = "podres-http") -> None:
-        """Serve in a daemon thread called ``name``."""
-        self._thread = threading.Thread(
-            target=self.serve_forever,
-            kwargs={"poll_interval": 0.1},  # how soon stop() is noticed
-            name=name,
-            daemon=True,
+        """Serve from a daemon thread called ``name`` (its pools' threads are ``name-*``)."""
+        if self._thread is not None or self._socket.fileno() < 0:
+            raise RuntimeError("a web server starts once, and not after stop()")
+        self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
+        self._probe_pool = ThreadPoolExecutor(
+            self.limits.probe_workers, thread_name_prefix=f"{name}-probe"
         )
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
         self._thread.start()
+        ready.wait()
+
+    def alive(self) -> bool:
+        """Whether the server is serving: its loop runs and was not asked to stop."""
+        thread = self._thread
+        return thread is not None and thread.is_alive() and not self._state.stopping
 
     def stop(self) -> None:
-        """Stop serving and close the socket; open connections end with their clients."""
-        if self._thread is not None:  # shutdown() waits for a serve_forever that must run
-            self.shutdown()
-            self._thread.join(timeout=5)
-        self.server_close()
+        """Stop serving; callable from any thread, more than once, started or not.
+
+        The listening socket closes at once; idle connections are closed; responses in
+        flight get ``stop_grace_s`` to finish (their connection closes after them), then
+        every connection is dropped and the loop's thread ends.
+        """
+        thread, loop, stop = self._thread, self._loop, self._stop_requested
+        if thread is not None and loop is not None and stop is not None and thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(stop.set)
+            if threading.current_thread() is not thread:
+                thread.join(timeout=self.limits.stop_grace_s + 2 * _CLOSE_TIMEOUT_S)
+        if thread is None or not thread.is_alive():
+            self._socket.close()
+        for pool in (self._pool, self._probe_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_quiet_loop_errors)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve(ready))
+        except Exception as err:  # noqa: BLE001 - end the thread with one event, not a traceback
+            log.error("http_server_failed", error=repr(err))
+        finally:
+            self._state.stopping = True
+            self._socket.close()
+            loop.close()
+            ready.set()  # when _serve failed before it could
+
+    async def _serve(self, ready: threading.Event) -> None:
+        loop = asyncio.get_running_loop()
+        self._stop_requested = asyncio.Event()
+        accepting = loop.create_task(self._accept())
+        stopping = loop.create_task(self._stop_requested.wait())
+        ready.set()
+        await asyncio.wait({accepting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if accepting.done() and not accepting.cancelled() and accepting.exception() is not None:
+            log.error("http_server_failed", error=repr(accepting.exception()))
+        self._state.stopping = True
+        for task in (accepting, stopping):
+            task.cancel()
+        await asyncio.gather(accepting, stopping, return_exceptions=True)
+        self._socket.close()
+        await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        """Idle connections now; busy ones after their response or the grace period."""
+        connections = list(self._state.connections)
+        for conn in connections:
+            if not conn.busy and conn.task is not None:
+                conn.task.cancel()
+        tasks = [c.task for c in connections if c.task is not None]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.limits.stop_grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for _ in range(3):  # let the aborted transports' connection_lost callbacks run
+            await asyncio.sleep(0)
+
+    # ---------------------------------------------------------------- accepting
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        state = self._state
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(self._socket)
+            except OSError as err:
+                if err.errno in _CONNECTION_ERRNOS:
+                    continue  # that one connection failed before it was accepted
+                if err.errno not in _RESOURCE_ERRNOS:
+                    raise  # the listening socket itself: the server stops (alive() says so)
+                if not state.accept_failing:
+                    state.accept_failing = True
+                    log.warning("http_accept_failed", error=str(err))
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            if state.accept_failing:
+                state.accept_failing = False
+                log.info("http_accept_recovered")
+            if len(state.connections) >= self.max_connections:
+                self._refuse(sock)
+            else:
+                if state.full:
+                    state.full = False
+                    log.info("http_connections_available", max_connections=self.max_connections)
+                conn = _Connection()
+                state.connections.add(conn)
+                conn.task = loop.create_task(self._connection(conn, sock))
+            await asyncio.sleep(0)  # let the new connection, and the others, run
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """503 and close, at once: a connection over the cap costs nothing more."""
+        if not self._state.full:
+            self._state.full = True
+            log.warning("http_connections_full", max_connections=self.max_connections)
+        with sock:
+            # What the client sent already is read first: closing a socket with unread
+            # data resets the connection, and the reset could overtake the answer.
+            with contextlib.suppress(OSError):
+                sock.recv(_DISCARD_BYTES)
+            extra = self._config.headers if self._config else ()
+            with contextlib.suppress(OSError):
+                sock.send(_refusal(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections", extra))
+
+    # ---------------------------------------------------------------- connections
+
+    async def _connection(self, conn: _Connection, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        writer: asyncio.StreamWriter | None = None
+        try:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                with contextlib.suppress(OSError):  # a connection reset already
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                config = await self._current_config()
+            except Exception:  # noqa: BLE001 - logged by _ask_provider; close, unanswered
+                return
+            reader = asyncio.StreamReader(limit=self.limits.max_head_bytes, loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            tls = config.tls if config is not None else None
+            try:
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol,
+                    sock,
+                    ssl=tls,
+                    ssl_handshake_timeout=self.limits.tls_handshake_timeout_s if tls else None,
+                    ssl_shutdown_timeout=_CLOSE_TIMEOUT_S if tls else None,
+                )
+            except OSError as err:  # TLS errors, resets and the handshake's deadline
+                if tls is not None:
+                    log.debug("http_tls_handshake_failed", error=str(err) or type(err).__name__)
+                return
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            await self._requests(conn, reader, writer)
+        except asyncio.CancelledError:
+            pass  # stop(): the connection is dropped below
+        except Exception as err:  # noqa: BLE001 - one connection's failure is its own
+            log.warning("http_connection_failed", error=repr(err))
+        finally:
+            self._state.connections.discard(conn)
+            if writer is not None:
+                _drop(writer.transport)
+            else:
+                sock.close()  # a no-op when a failed handshake's transport closed it
+
+    async def _current_config(self) -> WebConfig | None:
+        """The provider's configuration, asked off the loop (it may read a file)."""
+        if self._provider is None:
+            return None
+        assert self._probe_pool is not None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._probe_pool, self._ask_provider)
+
+    def _ask_provider(self) -> WebConfig | None:
+        """The configuration in force, from a pool thread. A provider that raises fails
+        the connection (no TLS context: never plain HTTP instead) or the request (500),
+        with one log event when it starts failing and one when it recovers."""
+        if self._provider is None:
+            return None
+        try:
+            config = self._provider()
+        except Exception as err:
+            if not self._state.config_failing:
+                self._state.config_failing = True
+                log.error("web_config_failed", error=repr(err))
+            raise
+        if self._state.config_failing:
+            self._state.config_failing = False
+            log.info("web_config_recovered")
+        self._config = config
+        return config
+
+    async def _requests(
+        self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Serve requests on one connection until it closes, idles out or misbehaves."""
+        first: bytes | None = b""  # a new connection's first request has no idle wait
+        while first is not None and not self._state.stopping:
+            head = await self._read_head(reader, writer, first)
+            if head is None:
+                return
+            request = _parse_head(head)
+            refusal = self._refusal_for(request)
+            if refusal is not None:
+                await self._refuse_and_close(reader, writer, refusal)
+                return
+            assert request is not None
+            conn.busy = True
+            try:
+                keep_alive = await self._respond(request, writer)
+            finally:
+                conn.busy = False
+            if not keep_alive or self._state.stopping:
+                await self._close(writer)
+                return
+            first = await self._next_request(reader)
+
+    async def _next_request(self, reader: asyncio.StreamReader) -> bytes | None:
+        """A kept-alive connection's next request's first byte; None when the connection
+        idles out (closed quietly, as clients expect) or the client leaves."""
+        try:
+            async with asyncio.timeout(self.limits.idle_timeout_s):
+                return await reader.read(1) or None
+        except (TimeoutError, OSError):
+            return None
+
+    async def _read_head(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes
+    ) -> bytes | None:
+        """The request head that starts with ``first``; None when the connection is to
+        close (the client left or missed the head's deadline; a head too large is
+        answered 431)."""
+        limits = self.limits
+        try:
+            async with asyncio.timeout(limits.head_timeout_s):
+                return first + await reader.readuntil(b"\r\n\r\n")
+        except TimeoutError:
+            log.debug("http_request_head_timeout", timeout_s=limits.head_timeout_s)
+            return None
+        except asyncio.LimitOverrunError:
+            extra = self._config.headers if self._config else ()
+            status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+            await self._refuse_and_close(
+                reader, writer, _refusal(status, "request head too large", extra)
+            )
+            return None
+        except (asyncio.IncompleteReadError, OSError):
+            return None  # the client closed or reset the connection
+
+    def _refusal_for(self, request: _Request | None) -> bytes | None:
+        """The answer to a request the loop refuses itself (it then closes the connection)."""
+        extra = self._config.headers if self._config else ()
+        if request is None:
+            return _refusal(HTTPStatus.BAD_REQUEST, "bad request", extra)
+        if request.method not in _METHODS:
+            extra = (("Allow", "GET, HEAD"), *extra)
+            return _refusal(HTTPStatus.METHOD_NOT_ALLOWED, "only GET and HEAD are served", extra)
+        if request.has_body:
+            return _refusal(HTTPStatus.BAD_REQUEST, "a request body is not accepted", extra)
+        return None
+
+    async def _respond(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
+        """Answer ``request`` (its work in a pool); whether the connection stays open."""
+        loop = asyncio.get_running_loop()
+        pool = self._probe_pool if request.path in _PROBES else self._pool
+        assert pool is not None
+        response, extra = await loop.run_in_executor(pool, self._answer, request)
+        keep_alive = request.keep_alive and not self._state.stopping
+        if not keep_alive:
+            connection: str | None = "close"
+        else:  # HTTP/1.0 keeps a connection only when the answer says so
+            connection = "keep-alive" if request.version == "HTTP/1.0" else None
+        head = _head_bytes(response, connection=connection, extra=extra)
+        body = b"" if request.method == "HEAD" else response.body
+        try:
+            async with asyncio.timeout(self.limits.write_timeout_s):
+                await self._write(writer, head, body)
+        except (OSError, TimeoutError) as err:
+            log.debug("http_client_gone", path=request.path, error=str(err) or type(err).__name__)
+            return False
+        return keep_alive
+
+    @staticmethod
+    async def _write(writer: asyncio.StreamWriter, head: bytes, body: bytes) -> None:
+        """``head`` and ``body``: in one write when the body is small, else in slices.
+
+        The loop runs between slices, so that a connection lost meanwhile is noticed
+        before the next slice: asyncio warns on stderr about every write to a lost
+        connection past the fifth, and a TLS stream learns of the loss only then."""
+        view = memoryview(body)
+        for start in range(0, max(len(body), 1), _WRITE_SLICE):
+            if start:
+                await asyncio.sleep(0)
+                if writer.transport.is_closing():
+                    raise ConnectionResetError("the client closed the connection")
+            piece = view[start : start + _WRITE_SLICE]
+            writer.write(head + piece if start == 0 else piece)
+            await writer.drain()
+
+    @classmethod
+    async def _refuse_and_close(
+        cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: bytes
+    ) -> None:
+        """Send ``refusal`` and close, reading and dropping what the client still sends
+        until it closes (for a moment at most): closing with unread data resets the
+        connection, and the reset could overtake the answer."""
+        writer.write(refusal)
+        try:
+            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+                await writer.drain()
+                if writer.can_write_eof():
+                    writer.write_eof()
+                while await reader.read(_DISCARD_BYTES):
+                    pass
+        except (OSError, TimeoutError):
+            pass
+        await cls._close(writer)
+
+    @staticmethod
+    async def _close(writer: asyncio.StreamWriter) -> None:
+        """Close after the last bytes are out, or drop the connection when they do not go."""
+        writer.close()
+        try:
+            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+                await writer.wait_closed()
+        except (OSError, TimeoutError):
+            _drop(writer.transport)
+
+    # ---------------------------------------------------------------- answers (in a pool)
+
+    def _answer(self, request: _Request) -> tuple[_Response, tuple[tuple[str, str], ...]]:
+        """The response to ``request`` and the configured headers; runs in a pool thread,
+        as it calls the provider, bcrypt and the site."""
+        try:
+            config = self._ask_provider()
+        except Exception:  # noqa: BLE001 - logged by _ask_provider; answer 500, keep serving
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR), ()
+        extra = config.headers if config is not None else ()
+        if (
+            config is not None
+            and config.auth_required
+            and request.path not in _PROBES
+            and not config.authorized(request.headers.get("authorization"))
+        ):
+            challenge = ("WWW-Authenticate", 'Basic realm="podres"')
+            return _text(HTTPStatus.UNAUTHORIZED, "unauthorized", challenge), extra
+        try:
+            return self._route(request), extra
+        except Exception as err:  # noqa: BLE001 - answer 500, keep serving
+            log.error("http_request_failed", path=request.path, error=repr(err))
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR), extra
+
+    def _route(self, request: _Request) -> _Response:
+        site, path = self.site, request.path
+        if path == "/metrics":
+            _, content_type = choose_encoder(request.headers.get("accept", ""))
+            openmetrics = content_type.startswith("application/openmetrics-text")
+            gz = accepts_gzip(request.headers.get("accept-encoding"))
+            body = site.metrics(openmetrics=openmetrics, gz=gz)
+            encoding = (("Content-Encoding", "gzip"),) if gz else ()
+            return _Response(HTTPStatus.OK, body, content_type, encoding)
+        if path in _PROBES:
+            ok, text = site.health() if path == "/healthz" else site.readiness()
+            return _text(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, text)
+        if path == "/":
+            return _Response(HTTPStatus.OK, site.index.render(), "text/html; charset=utf-8")
+        return _text(HTTPStatus.NOT_FOUND, "not found: try /metrics, /healthz, /readyz or /")

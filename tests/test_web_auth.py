@@ -1,0 +1,210 @@
+"""Basic auth and configured headers from the web-config provider, over real HTTP."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import bcrypt
+import pytest
+from structlog.testing import capture_logs
+
+from podres_exporter.web import Index, Limits, Site, WebServer
+from podres_exporter.webconfig import WebConfig, WebConfigProvider
+
+PASSWORD = b"s3cret"
+HASH = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(rounds=4))  # the cheapest cost: a fast test
+HEADERS = (("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "deny"))
+CHALLENGE = 'Basic realm="podres"'
+
+
+def basic(user: str, password: bytes) -> dict[str, str]:
+    token = base64.b64encode(user.encode() + b":" + password).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+GOOD = basic("prom", PASSWORD)
+
+
+@dataclass(frozen=True, eq=False)
+class RecordingConfig(WebConfig):
+    """A WebConfig that records the thread of each check, and can hold checks back."""
+
+    threads: list[str] = field(default_factory=list)
+    gate: threading.Event | None = None
+
+    def authorized(self, authorization: str | None) -> bool:
+        self.threads.append(threading.current_thread().name)
+        if self.gate is not None:
+            self.gate.wait(10)
+        return super().authorized(authorization)
+
+
+def protected(**kwargs: object) -> RecordingConfig:
+    return RecordingConfig(users={"prom": HASH}, headers=HEADERS, **kwargs)  # type: ignore[arg-type]
+
+
+SITE = Site(
+    metrics=lambda *, openmetrics, gz: b"up 1\n",
+    health=lambda: (True, "ok"),
+    readiness=lambda: (False, "not ready"),
+    index=Index("t", "0", "s", "h", "r"),
+)
+
+Serve = Callable[[WebConfigProvider], WebServer]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    servers: list[WebServer] = []
+
+    def start(provider: WebConfigProvider) -> WebServer:
+        server = WebServer(("127.0.0.1", 0), SITE, web_config=provider)
+        server.start("auth-http")
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def request(
+    server: WebServer, path: str, headers: dict[str, str] | None = None, method: str = "GET"
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/", "/nope"])
+def test_protected_paths_need_credentials(serve: Serve, path: str) -> None:
+    """/metrics, / and unknown paths: 401 with the Basic challenge and a short body;
+    the right credentials let the request through."""
+    config = protected()
+    server = serve(lambda: config)
+    status, headers, body = request(server, path)
+    assert (status, headers["WWW-Authenticate"], body) == (401, CHALLENGE, b"unauthorized\n")
+    status, _, _ = request(server, path, GOOD)
+    assert status == (404 if path == "/nope" else 200)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        basic("prom", b"wrong"),
+        basic("someone", PASSWORD),
+        {"Authorization": "Bearer abc"},
+        {"Authorization": "Basic !!!"},
+        {"Authorization": ""},
+    ],
+)
+def test_wrong_or_malformed_credentials_are_401(serve: Serve, headers: dict[str, str]) -> None:
+    """A wrong password, an unknown user, another scheme, bad base64: all 401."""
+    config = protected()
+    server = serve(lambda: config)
+    assert request(server, "/metrics", headers)[0] == 401
+
+
+def test_probes_stay_open(serve: Serve) -> None:
+    """/healthz and /readyz need no credentials (the kubelet's probes carry none), and
+    their answers stay terse."""
+    config = protected()
+    server = serve(lambda: config)
+    assert request(server, "/healthz")[::2] == (200, b"ok\n")
+    assert request(server, "/readyz")[::2] == (503, b"not ready\n")
+    assert config.threads == []  # not even checked
+
+
+def test_configured_headers_are_on_every_response(serve: Serve) -> None:
+    """The web config's headers: on 200, 401, 404, 503 and the loop's own 405."""
+    config = protected()
+    server = serve(lambda: config)
+    answers = [
+        request(server, "/metrics", GOOD),
+        request(server, "/metrics"),
+        request(server, "/nope", GOOD),
+        request(server, "/readyz"),
+        request(server, "/metrics", method="POST"),
+    ]
+    assert [status for status, _, _ in answers] == [200, 401, 404, 503, 405]
+    for _, headers, _ in answers:
+        assert {k: headers[k] for k, _ in HEADERS} == dict(HEADERS)
+        assert headers["Server"] == "podres"
+
+
+def test_the_password_check_runs_in_a_pool_thread_not_on_the_loop(serve: Serve) -> None:
+    """bcrypt takes tens of milliseconds: authorized() is called from a worker thread,
+    never from the event loop's thread."""
+    config = protected()
+    server = serve(lambda: config)
+    for headers in (GOOD, basic("prom", b"wrong"), {}):
+        request(server, "/metrics", headers)
+    assert len(config.threads) == 3
+    assert all(name.startswith("auth-http-worker") for name in config.threads), config.threads
+
+
+def test_slow_password_checks_do_not_delay_the_probes(serve: Serve) -> None:
+    """Every worker busy checking passwords (a flood of wrong ones): /healthz and
+    /readyz are still answered, from their own pool."""
+    gate = threading.Event()
+    config = protected(gate=gate)
+    server = serve(lambda: config)
+    workers = Limits().workers
+    with ThreadPoolExecutor(workers) as clients:
+        stuck = [clients.submit(request, server, "/metrics", GOOD) for _ in range(workers)]
+        try:
+            assert request(server, "/healthz")[::2] == (200, b"ok\n")
+            assert request(server, "/readyz")[0] == 503
+            assert not any(f.done() for f in stuck)
+        finally:
+            gate.set()
+        assert [f.result()[0] for f in stuck] == [200] * workers
+
+
+def test_a_new_config_applies_to_the_next_request(serve: Serve) -> None:
+    """The provider is asked at each request: auth switched on (a reloaded file) takes
+    effect on the next request, on a connection already open."""
+    current: list[WebConfig | None] = [None]
+    server = serve(lambda: current[0])
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        first = conn.getresponse()
+        assert (first.status, first.read()) == (200, b"up 1\n")
+        current[0] = protected()
+        conn.request("GET", "/metrics")
+        second = conn.getresponse()
+        second.read()
+        assert second.status == 401 and second.getheader("X-Frame-Options") == "deny"
+    finally:
+        conn.close()
+
+
+def test_a_failing_provider_closes_connections_and_logs_once(serve: Serve) -> None:
+    """A provider that raises: connections close unanswered (never plain HTTP where TLS
+    may be configured), one event when it starts failing and one when it recovers."""
+    fail = [True]
+
+    def provider() -> WebConfig | None:
+        if fail[0]:
+            raise OSError("cannot read /etc/podres/web.yml")
+        return None
+
+    server = serve(provider)
+    with capture_logs() as logs:
+        for _ in range(3):
+            with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
+                request(server, "/metrics")
+        fail[0] = False
+        assert request(server, "/metrics")[::2] == (200, b"up 1\n")
+    assert [e["event"] for e in logs] == ["web_config_failed", "web_config_recovered"]
+    assert "/etc/podres/web.yml" in logs[0]["error"]

@@ -1,0 +1,570 @@
+"""The web server's bounds, on real sockets: slow, idle, oversized, surplus and departing
+clients; what it answers to requests it does not serve; how it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import http.client
+import logging
+import resource
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from podres_exporter.web import Index, Limits, Site, WebServer, _drop, connection_cap
+
+# A small test's limits: deadlines short enough to watch them pass.
+QUICK = Limits(head_timeout_s=0.5, idle_timeout_s=0.5, stop_grace_s=1.0)
+
+
+def site(
+    body: bytes = b"up 1\n",
+    *,
+    fail: bool = False,
+    gate: threading.Event | None = None,
+) -> Site:
+    """A Site whose /metrics is ``body``; it raises when ``fail``, and waits for ``gate``."""
+
+    def metrics(*, openmetrics: bool, gz: bool) -> bytes:
+        if gate is not None:
+            gate.wait(10)
+        if fail:
+            raise RuntimeError("cannot read /var/lib/secret/state.db")
+        return body
+
+    return Site(
+        metrics=metrics,
+        health=lambda: (True, "ok"),
+        readiness=lambda: (True, "ready"),
+        index=Index("t", "0", "s", "h", "r"),
+    )
+
+
+Serve = Callable[..., WebServer]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Start a WebServer on 127.0.0.1 with the given site and limits; stopped at teardown."""
+    servers: list[WebServer] = []
+
+    def start(the_site: Site | None = None, limits: Limits = QUICK) -> WebServer:
+        server = WebServer(("127.0.0.1", 0), the_site or site(), limits=limits)
+        server.start("test-http")
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def debug_logs() -> Iterator[list[structlog.typing.EventDict]]:
+    """Every structlog event, debug included, whatever an earlier test configured."""
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        structlog.configure(**saved)
+
+
+def connect(server: WebServer, timeout: float = 5) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response from ``sock``: status, headers, body (by Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before a response head: {data!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    length = int(headers["Content-Length"])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed inside a response body")
+        body += chunk
+    return int(status_line.split(" ")[1]), headers, body
+
+
+def closed_by_server(sock: socket.socket, within_s: float) -> bool:
+    """Whether the server closes ``sock`` within ``within_s`` (what it sends is read)."""
+    sock.settimeout(within_s)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def get(server: WebServer, path: str = "/metrics", timeout: float = 5) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------ many slow clients
+
+
+def test_slow_and_idle_clients_hold_no_thread_and_do_not_delay_a_scrape(serve: Serve) -> None:
+    """200 slowloris clients and 1,000 idle connections: the thread count stays at the
+    pools' size, and a scrape on a new connection is served while they are all open."""
+    threads_before = threading.active_count()
+    limits = Limits()  # the defaults: the deadlines do not pass during the test
+    server = serve(limits=limits)  # raises the open-file limit for its cap where it can
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    slow, idle = 200, 1000
+    if soft < 2 * (slow + idle) + 200:  # client and server ends live in this process
+        scale = (soft - 200) / (2 * (slow + idle))
+        slow, idle = int(slow * scale), int(idle * scale)
+    attackers: list[socket.socket] = []
+    try:
+        for _ in range(idle):
+            attackers.append(connect(server))
+        loris = [connect(server) for _ in range(slow)]
+        attackers += loris
+        for sock in loris:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(3):
+            for sock in loris:
+                sock.sendall(b"X")  # never the blank line that ends the head
+            assert get(server, timeout=10) == 200
+        # Served after every attacker was accepted (the loop accepts in order), and with
+        # at most the loop's thread and the pools' threads added.
+        assert threading.active_count() <= threads_before + 1 + limits.workers
+        assert [get(server, path, timeout=10) for path in ("/healthz", "/readyz")] == [200, 200]
+        assert threading.active_count() <= (
+            threads_before + 1 + limits.workers + limits.probe_workers
+        )
+        server.stop()
+        assert all(closed_by_server(sock, 5) for sock in attackers)
+    finally:
+        for sock in attackers:
+            sock.close()
+
+
+# ---------------------------------------------------------------------- deadlines
+
+
+def test_a_slowloris_client_is_closed_at_the_head_deadline(serve: Serve) -> None:
+    """A head trickled in a byte at a time is cut off at head_timeout_s, not later."""
+    server = serve()
+    with connect(server) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+        start = time.monotonic()
+        closed = False
+        while not closed and time.monotonic() - start < 5:
+            try:
+                sock.sendall(b"X")
+            except OSError:
+                closed = True
+            closed = closed or closed_by_server(sock, 0.05)
+        elapsed = time.monotonic() - start
+    assert closed and elapsed >= QUICK.head_timeout_s * 0.9
+
+
+def test_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(serve: Serve) -> None:
+    """A new connection must send its request head within head_timeout_s."""
+    server = serve()
+    with connect(server) as sock:
+        start = time.monotonic()
+        assert closed_by_server(sock, 5)
+        assert time.monotonic() - start >= QUICK.head_timeout_s * 0.9
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(serve: Serve) -> None:
+    """Between requests a connection may idle for idle_timeout_s; then it is closed."""
+    server = serve(limits=Limits(idle_timeout_s=0.3, head_timeout_s=5))
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, _ = read_response(sock)
+        assert status == 200 and "Connection" not in headers  # kept alive
+        start = time.monotonic()
+        assert closed_by_server(sock, 5)
+        assert time.monotonic() - start >= 0.25
+
+
+# ---------------------------------------------------------------------- sizes, caps
+
+
+def test_an_oversized_request_head_is_431_and_closed(serve: Serve) -> None:
+    """A head over max_head_bytes: 431, Connection: close, then the connection ends."""
+    server = serve()
+    with connect(server) as sock:
+        big = b"X-Big: " + b"a" * (4 * QUICK.max_head_bytes) + b"\r\n"
+        sock.sendall(b"GET /metrics HTTP/1.1\r\n" + big + b"\r\n")
+        status, headers, _ = read_response(sock)
+        assert (status, headers["Connection"]) == (431, "close")
+        assert closed_by_server(sock, 5)
+    assert get(server) == 200
+
+
+def test_over_the_cap_a_new_connection_gets_503_and_is_closed(serve: Serve) -> None:
+    """max_connections open: the next one is answered 503 at once and closed; once one
+    closes, new connections are served again."""
+    server = serve(limits=Limits(max_connections=3))
+    held = [connect(server) for _ in range(3)]
+    try:
+        for sock in held:  # each answered: each is counted
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock)[0] == 200
+        with connect(server) as surplus:
+            status, headers, body = read_response(surplus)
+            assert (status, headers["Connection"], body) == (
+                503,
+                "close",
+                b"too many connections\n",
+            )
+            assert closed_by_server(surplus, 5)
+        held.pop().close()
+        deadline = time.monotonic() + 5
+        while get(server) != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert get(server) == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+@pytest.mark.skipif(
+    int(Path("/proc/sys/net/core/somaxconn").read_text()) < 200,
+    reason="net.core.somaxconn caps every backlog under 200 here",
+)
+def test_the_listen_backlog_holds_200_connections_before_any_accept() -> None:
+    """Bound and listening but not accepting: 200 connections complete their handshake
+    (a backlog of 5, the old default, would leave the seventh waiting)."""
+    server = WebServer(("127.0.0.1", 0), site())
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(200):
+            socks.append(connect(server, timeout=5))
+        server.start()
+        assert get(server) == 200
+    finally:
+        server.stop()
+        for sock in socks:
+            sock.close()
+
+
+def test_connection_cap_fits_the_open_file_limit() -> None:
+    """The soft limit is raised as far as the hard one allows; what it cannot hold, the
+    cap gives up (a reserve of descriptors stays for the rest of the daemon)."""
+    inf = resource.RLIM_INFINITY
+    assert connection_cap(4096, 1_048_576, 1_048_576) == (4096, 1_048_576)
+    assert connection_cap(4096, inf, inf) == (4096, inf)
+    assert connection_cap(4096, 1024, 524_288) == (4096, 4096 + 256)
+    assert connection_cap(4096, 1024, inf) == (4096, 4096 + 256)
+    assert connection_cap(4096, 1024, 2048) == (2048 - 256, 2048)
+    assert connection_cap(4096, 1024, 1024) == (1024 - 256, 1024)
+    assert connection_cap(4096, 256, 256) == (128, 256)
+
+
+def test_the_open_file_limit_is_raised_for_the_cap(
+    debug_logs: list[structlog.typing.EventDict],
+) -> None:
+    """A soft RLIMIT_NOFILE under the cap is raised to hold it, with one log event."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096 + 256:
+        pytest.skip(f"the hard open-file limit ({hard}) cannot hold the test's cap")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        server = WebServer(("127.0.0.1", 0), site(), limits=Limits(max_connections=4096))
+        server.stop()
+        assert server.max_connections == 4096
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 4096 + 256
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    raised = [e for e in debug_logs if e["event"] == "open_file_limit_raised"]
+    assert raised == [
+        {"event": "open_file_limit_raised", "log_level": "info", "old": 1024, "new": 4352}
+    ]
+
+
+# ------------------------------------------------------------------ what is served
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS", "get"])
+def test_only_get_and_head_are_served(serve: Serve, method: str) -> None:
+    """Any other method: 405 naming the allowed ones, and the connection closes."""
+    server = serve()
+    with connect(server) as sock:
+        sock.sendall(
+            f"{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody".encode()
+        )
+        status, headers, _ = read_response(sock)
+        assert (status, headers["Allow"], headers["Connection"]) == (405, "GET, HEAD", "close")
+        assert closed_by_server(sock, 5)
+
+
+@pytest.mark.parametrize(
+    "header", ["Content-Length: 5", "Transfer-Encoding: chunked", "Content-Length: x"]
+)
+def test_a_request_with_a_body_is_refused(serve: Serve, header: str) -> None:
+    """GET with a body (or a length that is not 0): 400 and closed, the body never read."""
+    server = serve()
+    with connect(server) as sock:
+        sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{header}\r\n\r\nhello".encode())
+        status, headers, _ = read_response(sock)
+        assert (status, headers["Connection"]) == (400, "close")
+        assert closed_by_server(sock, 5)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /metrics\r\n\r\n",
+        b"GET  /metrics HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/2.0\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nNo-Colon\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nName : v\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
+    ],
+)
+def test_a_malformed_request_is_400_and_closed(serve: Serve, head: bytes) -> None:
+    """A request line or header the server cannot read: 400, then the connection ends."""
+    server = serve()
+    with connect(server) as sock:
+        sock.sendall(head)
+        status, headers, body = read_response(sock)
+        assert (status, headers["Connection"], body) == (400, "close", b"bad request\n")
+        assert closed_by_server(sock, 5)
+
+
+def test_http_1_0_closes_unless_asked_to_keep_alive(serve: Serve) -> None:
+    """HTTP/1.0: closed after the response, unless the request said keep-alive."""
+    server = serve()
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        status, headers, body = read_response(sock)
+        assert (status, headers["Connection"], body) == (200, "close", b"ok\n")
+        assert closed_by_server(sock, 5)
+    with connect(server) as sock:
+        for _ in range(2):
+            sock.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            status, headers, _ = read_response(sock)
+            assert (status, headers["Connection"]) == (200, "keep-alive")
+
+
+def test_pipelined_requests_are_answered_in_order(serve: Serve) -> None:
+    """Several requests sent at once are answered one after the other, in order."""
+    server = serve()
+    with connect(server) as sock:
+        sock.sendall(
+            b"GET /healthz HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\n\r\n"
+            b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        answers = [read_response(sock) for _ in range(3)]
+        assert [(s, b) for s, _, b in answers] == [
+            (200, b"ok\n"),
+            (200, b"ready\n"),
+            (200, b"up 1\n"),
+        ]
+        assert answers[2][1]["Connection"] == "close"
+        assert closed_by_server(sock, 5)
+
+
+# -------------------------------------------------------------------- quiet on abuse
+
+
+def test_a_client_leaving_mid_response_is_one_debug_event_and_no_traceback(
+    serve: Serve,
+    debug_logs: list[structlog.typing.EventDict],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A reset in the middle of a large body: one debug event, nothing on stderr, and
+    the server goes on serving."""
+    server = serve(site(b"x" * (32 << 20)))
+    with connect(server) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(1024).startswith(b"HTTP/1.1 200 OK")
+        # SO_LINGER 0: close with a reset, as a client that crashes would.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    deadline = time.monotonic() + 5
+    while not any(e["event"] == "http_client_gone" for e in debug_logs):
+        assert time.monotonic() < deadline, debug_logs
+        time.sleep(0.02)
+    assert get(server, "/healthz") == 200
+    events = [e for e in debug_logs if e["event"].startswith("http_")]
+    assert [(e["event"], e["log_level"], e["path"]) for e in events] == [
+        ("http_client_gone", "debug", "/metrics")
+    ]
+    assert capfd.readouterr().err == ""
+
+
+def test_closing_after_a_large_response_leaves_no_error_behind(
+    debug_logs: list[structlog.typing.EventDict],
+) -> None:
+    """Connection: close after a body still in the send buffer, read slowly to the end:
+    the connection closes once the body is out, and nothing fails afterwards (a closed
+    transport is not aborted again)."""
+    body = b"x" * (8 << 20)
+    server = WebServer(("127.0.0.1", 0), site(body))
+    server.start()
+    try:
+        for _ in range(2):
+            with socket.socket() as sock:
+                # A small receive window, set before connecting (no autotuning), and a
+                # slow reader: the body's end waits in the server's buffer at close.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+                sock.settimeout(10)
+                sock.connect(("127.0.0.1", server.port))
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                received = b""
+                while chunk := sock.recv(65536):
+                    received += chunk
+                    time.sleep(0.0005)
+                assert received.endswith(b"\r\n\r\n" + body)
+    finally:
+        server.stop()
+    gc.collect()  # a task that ended with an error says so when it is collected
+    assert [e for e in debug_logs if e["log_level"] != "debug"] == []
+
+
+def test_a_connection_closed_after_flushing_is_dropped_without_error() -> None:
+    """A transport closed with data still buffered closes once the data is out; dropping
+    it afterwards (as every connection's end does) must not fail: Python 3.11's socket
+    transport raises on abort() then, and the connection's task would end in an error."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        ours, peer = socket.socketpair()
+        with peer:
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            peer.setblocking(False)
+            _, writer = await asyncio.open_connection(sock=ours)
+            writer.write(b"x" * (1 << 20))  # more than the kernel takes: the rest waits
+            writer.close()
+            while await loop.sock_recv(peer, 65536):
+                pass
+            await writer.wait_closed()
+            _drop(writer.transport)
+            assert writer.transport.is_closing()
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_site_is_a_generic_500_and_one_event(
+    serve: Serve, debug_logs: list[structlog.typing.EventDict]
+) -> None:
+    """An exception in a Site callable: 500 with a generic body (no exception text, no
+    path), one http_request_failed event; the connection stays usable."""
+    server = serve(site(fail=True))
+    with connect(server) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body = read_response(sock)
+        assert (status, body) == (500, b"internal error\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock)[0] == 200
+    failed = [e for e in debug_logs if e["event"] == "http_request_failed"]
+    assert len(failed) == 1 and failed[0]["path"] == "/metrics"
+    assert "secret" in failed[0]["error"]  # the log says what went wrong; the answer not
+
+
+# ----------------------------------------------------------------------------- stop
+
+
+def test_stop_lets_a_response_in_flight_finish_and_closes_the_rest() -> None:
+    """stop() from another thread: the port closes at once, an idle connection is
+    closed, the scrape in flight is answered (Connection: close), all within seconds."""
+    gate = threading.Event()
+    server = WebServer(("127.0.0.1", 0), site(gate=gate), limits=Limits(stop_grace_s=3))
+    server.start()
+    assert server.alive()
+    idle = connect(server)
+    busy = connect(server)
+    busy.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    stopper = threading.Thread(target=server.stop)
+    time.sleep(0.1)  # the scrape is in the pool, waiting for the gate
+    start = time.monotonic()
+    stopper.start()
+    try:
+        assert closed_by_server(idle, 2)
+        with pytest.raises(ConnectionRefusedError):
+            connect(server).close()
+        gate.set()
+        status, headers, body = read_response(busy)
+        assert (status, headers["Connection"], body) == (200, "close", b"up 1\n")
+        stopper.join(5)
+        assert not stopper.is_alive() and time.monotonic() - start < 3
+        assert not server.alive()
+    finally:
+        gate.set()
+        idle.close()
+        busy.close()
+        server.stop()  # a second stop is harmless
+
+
+def test_stop_drops_a_response_that_outlasts_the_grace_period() -> None:
+    """A Site call that does not return within stop_grace_s: stop() still ends."""
+    gate = threading.Event()
+    server = WebServer(("127.0.0.1", 0), site(gate=gate), limits=Limits(stop_grace_s=0.3))
+    server.start()
+    try:
+        with connect(server) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.1)
+            start = time.monotonic()
+            server.stop()
+            assert time.monotonic() - start < 3
+            assert closed_by_server(sock, 2)
+            assert not server.alive()
+    finally:
+        gate.set()
+
+
+def test_alive_until_stopped() -> None:
+    """alive(): False before start, True while serving, False after stop."""
+    server = WebServer(("127.0.0.1", 0), site())
+    assert not server.alive()
+    server.start("alive-http")
+    assert server.alive()
+    assert "alive-http" in {t.name for t in threading.enumerate()}
+    server.stop()
+    assert not server.alive()
+    assert "alive-http" not in {t.name for t in threading.enumerate()}
+
+
+def test_limits_refuse_a_value_that_is_not_positive() -> None:
+    """A zero or negative limit is an error naming the field."""
+    with pytest.raises(ValueError, match=r"Limits\.max_connections must be positive"):
+        Limits(max_connections=0)
+    with pytest.raises(ValueError, match=r"Limits\.head_timeout_s must be positive"):
+        Limits(head_timeout_s=-1)
+
+
+def test_a_server_starts_once_and_not_after_stop() -> None:
+    """start() twice, or after stop(), is an error rather than a server on a closed socket."""
+    server = WebServer(("127.0.0.1", 0), site())
+    server.start()
+    with pytest.raises(RuntimeError, match="starts once"):
+        server.start()
+    server.stop()
+    stopped = WebServer(("127.0.0.1", 0), site())
+    stopped.stop()
+    with pytest.raises(RuntimeError, match="not after stop"):
+        stopped.start()
