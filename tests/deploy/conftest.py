@@ -1,8 +1,8 @@
 """The manifests under deploy/, rendered with ``kubectl kustomize`` once per test session.
 
 Every kustomization a user can apply is rendered: the base and each overlay, plus the base with
-the pod-monitor component (which no overlay uses, so that it is validated too). Without kubectl
-on PATH these tests are skipped, saying so.
+each component that no overlay uses (pod-monitor, network-policy, web-config), so that those are
+validated too. Without kubectl on PATH these tests are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ KUSTOMIZATIONS: dict[str, str] = {
 }
 SYNTHETIC: dict[str, tuple[str, ...]] = {
     "base+pod-monitor": ("components/pod-monitor",),
+    "base+network-policy": ("components/network-policy",),
+    "base+web-config": ("components/web-config",),
 }
 ALL_RENDERINGS = (*KUSTOMIZATIONS, *SYNTHETIC)
 

@@ -81,6 +81,7 @@ PLUGIN = Agent(
         "--path.sysfs=/host/sys",
         "--path.dev=/host/dev",
         "--log-format=json",
+        "--listen-address=:9843",
     ),
     port=9843,
     host_mounts=frozenset(
@@ -94,7 +95,16 @@ PLUGIN = Agent(
 )
 AGENTS = (EXPORTER, PLUGIN)
 
+# The renderings with the network-policy component (the agents on the pod network) and with the
+# web-config component (a Secret with --web.config.file, HTTPS probes).
+POD_NETWORK = frozenset({"base+network-policy"})
+WEB_CONFIG = frozenset({"base+web-config"})
+WEB_CONFIG_DIR = "/etc/podres-web"
+WEB_CONFIG_ARG = f"--web.config.file={WEB_CONFIG_DIR}/web-config.yml"
+WEB_CONFIG_NAME = "podres-web-config"  # the Secret's name
+
 # Every checkov check skipped, per object, as reviewed: a new skip must be added here on purpose.
+# On the pod network (the network-policy component) the host network's two are gone.
 CHECKOV_SKIPS = {
     ("DaemonSet", agent.name): {
         "CKV_K8S_15",  # imagePullPolicy IfNotPresent
@@ -105,6 +115,9 @@ CHECKOV_SKIPS = {
         "CKV2_K8S_6",  # no NetworkPolicy: none applies to host-network pods
     }
     for agent in AGENTS
+}
+CHECKOV_SKIPS_POD_NETWORK = {
+    key: checks - {"CKV_K8S_19", "CKV2_K8S_6"} for key, checks in CHECKOV_SKIPS.items()
 }
 
 
@@ -243,6 +256,8 @@ def test_every_object_is_valid(render: Render, rendering: str) -> None:
         ("prometheus-operator", ["ServiceMonitor", "PrometheusRule"]),
         ("gpu", ["ServiceMonitor", "PrometheusRule"]),
         ("base+pod-monitor", ["PodMonitor"]),
+        ("base+network-policy", ["NetworkPolicy"]),
+        ("base+web-config", []),
     ],
 )
 def test_what_each_kustomization_holds(render: Render, name: str, kinds: list[str]) -> None:
@@ -322,7 +337,8 @@ def test_image_and_arguments(render: Render, rendering: str, agent: Agent) -> No
     assert container["image"] == f"{IMAGE}:{package_version()}"
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert "command" not in container  # the image's entrypoint is `podres`
-    assert tuple(container["args"]) == agent.args
+    extra = (WEB_CONFIG_ARG,) if rendering in WEB_CONFIG else ()
+    assert tuple(container["args"]) == agent.args + extra
 
 
 # -------------------------------------------------------------------------------- hardening
@@ -333,13 +349,14 @@ def test_host_mounts_are_exactly_the_documented_ones(
     render: Render, rendering: str, agent: Agent
 ) -> None:
     """Every hostPath is one of the documented mounts with its read-only flag, mounted once,
-    as a directory; the only other volume is the plugin's ConfigMap, read-only."""
+    as a directory; the only other volumes are the plugin's ConfigMap and the web-config
+    Secret (with that component), read-only, whole directories."""
     spec = pod_spec(find(render(rendering), "DaemonSet", agent.name))
     container = the_container(find(render(rendering), "DaemonSet", agent.name), agent)
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = container["volumeMounts"]
     assert len({m["name"] for m in mounts}) == len(mounts) == len(volumes)
-    host, config = set(), set()
+    host, config, secrets = set(), set(), set()
     for mount in mounts:
         assert "subPath" not in mount
         assert "subPathExpr" not in mount
@@ -355,24 +372,35 @@ def test_host_mounts_are_exactly_the_documented_ones(
             assert mount.get("readOnly") is True
             prefix = volume["configMap"]["name"].rsplit("-", 1)[0]
             config.add((prefix, mount["mountPath"]))
+        elif kinds == {"secret"}:
+            assert mount.get("readOnly") is True
+            assert volume["secret"]["defaultMode"] == 0o400
+            secrets.add((volume["secret"]["secretName"], mount["mountPath"]))
         else:
             pytest.fail(f"volume {mount['name']} is {kinds}: not an expected kind")
     assert host == agent.host_mounts
     assert config == agent.config_mounts
+    web_config = {(WEB_CONFIG_NAME, WEB_CONFIG_DIR)} if rendering in WEB_CONFIG else set()
+    assert secrets == web_config
 
 
 @pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
 def test_pod_is_hardened(render: Render, rendering: str, agent: Agent) -> None:
     """Root only by uid: no capabilities, no privilege, no escalation, read-only root, the
-    runtime's seccomp profile, no API token, and none of the host namespaces but the network."""
+    runtime's seccomp profile, no API token, and none of the host namespaces but the network
+    (not even that with the network-policy component)."""
     docs = render(rendering)
     daemonset = find(docs, "DaemonSet", agent.name)
     spec = pod_spec(daemonset)
     assert spec["automountServiceAccountToken"] is False
     assert spec["serviceAccountName"] == agent.name
     assert find(docs, "ServiceAccount", agent.name)["automountServiceAccountToken"] is False
-    assert spec["hostNetwork"] is True
-    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    if rendering in POD_NETWORK:
+        assert spec["hostNetwork"] is False
+        assert spec["dnsPolicy"] == "ClusterFirst"
+    else:
+        assert spec["hostNetwork"] is True
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     for namespace in ("hostPID", "hostIPC", "hostUsers", "shareProcessNamespace"):
         assert namespace not in spec
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -393,8 +421,9 @@ def test_pod_is_hardened(render: Render, rendering: str, agent: Agent) -> None:
 
 @pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
 def test_pod_lifecycle(render: Render, rendering: str, agent: Agent) -> None:
-    """Probes on the metrics port, a grace period the agent stops within, node-critical
-    priority, bounded resources, every Linux node, one node at a time on update."""
+    """Probes on the metrics port (HTTPS with the web-config component), a grace period the
+    agent stops within, node-critical priority, bounded resources, every Linux node, one node
+    at a time on update."""
     daemonset = find(render(rendering), "DaemonSet", agent.name)
     spec = pod_spec(daemonset)
     container = the_container(daemonset, agent)
@@ -402,8 +431,9 @@ def test_pod_lifecycle(render: Render, rendering: str, agent: Agent) -> None:
     assert container["ports"] == [
         {"name": "metrics", "containerPort": agent.port, "protocol": "TCP"}
     ]
+    scheme = {"scheme": "HTTPS"} if rendering in WEB_CONFIG else {}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
-        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics", **scheme}
 
     assert spec["terminationGracePeriodSeconds"] >= 30
     assert spec["priorityClassName"] == "system-node-critical"
@@ -618,6 +648,101 @@ def test_gpu_overlay_runs_both_agents_with_nvml(render: Render) -> None:
         assert pod_spec(base)["nodeSelector"] == {"kubernetes.io/os": "linux"}
 
 
+# ----------------------------------------------------------------- locking the endpoints
+
+
+def test_plugin_metrics_listen_on_every_interface(render: Render, rendering: str) -> None:
+    """The plugin's --listen-address is explicit (its default is the loopback) and on the
+    port its container names `metrics`, so Prometheus can scrape it."""
+    container = the_container(find(render(rendering), "DaemonSet", PLUGIN.name), PLUGIN)
+    listen = [a for a in container["args"] if a.startswith("--listen-address=")]
+    assert listen == [f"--listen-address=:{PLUGIN.port}"]
+    assert container["ports"][0]["containerPort"] == PLUGIN.port
+
+
+def test_network_policy_admits_only_prometheus_to_the_metrics_port(render: Render) -> None:
+    """The network-policy component puts both agents on the pod network and admits pods
+    labelled app.kubernetes.io/name=prometheus (any namespace) to the port both containers
+    name `metrics`, nothing else in, nothing out; the base has no NetworkPolicy."""
+    docs = render("base+network-policy")
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    spec = policy["spec"]
+    assert set(spec["policyTypes"]) == {"Ingress", "Egress"}
+    assert spec["egress"] == []
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert rule["from"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+    selector = spec["podSelector"]["matchLabels"]
+    for agent in AGENTS:
+        daemonset = find(docs, "DaemonSet", agent.name)
+        assert daemonset["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+        assert pod_spec(daemonset)["hostNetwork"] is False
+        assert [p["name"] for p in the_container(daemonset, agent)["ports"]] == ["metrics"]
+    assert not [d for d in render("base") if d["kind"] == "NetworkPolicy"]
+    # Only the network changed: the rest is the base's.
+    for agent in AGENTS:
+        changed = copy.deepcopy(find(docs, "DaemonSet", agent.name))
+        base = copy.deepcopy(find(render("base"), "DaemonSet", agent.name))
+        for daemonset in (changed, base):
+            for key in ("hostNetwork", "dnsPolicy"):
+                del daemonset["spec"]["template"]["spec"][key]
+            for key in ("checkov.io/skip1", "checkov.io/skip6"):
+                daemonset["metadata"]["annotations"].pop(key, None)
+        assert changed == base
+
+
+def test_web_config_component_mounts_the_secret_where_the_flag_points(render: Render) -> None:
+    """The web-config component gives both agents --web.config.file inside the Secret's
+    mount (a directory, so that the kubelet's updates reach the file) and HTTPS probes;
+    nothing else changes."""
+    docs = render("base+web-config")
+    for agent in AGENTS:
+        daemonset = find(docs, "DaemonSet", agent.name)
+        container = the_container(daemonset, agent)
+        assert container["args"][-1] == WEB_CONFIG_ARG
+        flag_dir = WEB_CONFIG_ARG.partition("=")[2].rsplit("/", 1)[0]
+        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == flag_dir)
+        volume = next(v for v in pod_spec(daemonset)["volumes"] if v["name"] == mount["name"])
+        assert volume["secret"]["secretName"] == WEB_CONFIG_NAME
+        assert "items" not in volume["secret"]
+        assert "subPath" not in mount
+        base = copy.deepcopy(find(render("base"), "DaemonSet", agent.name))
+        the_container(base, agent)["args"].append(WEB_CONFIG_ARG)
+        the_container(base, agent)["volumeMounts"].append(mount)
+        pod_spec(base)["volumes"].append(volume)
+        for probe in ("livenessProbe", "readinessProbe"):
+            the_container(base, agent)[probe]["httpGet"]["scheme"] = "HTTPS"
+        assert daemonset == base
+
+
+def _documented(kind: str) -> list[Doc]:
+    """The YAML blocks of docs/security.md that hold a ``kind`` object."""
+    text = (REPO / "docs" / "security.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL)
+    found = []
+    for block in blocks:
+        for doc in yaml.safe_load_all(block):
+            if isinstance(doc, dict) and doc.get("kind") == kind:
+                found.append(doc)
+    return found
+
+
+def test_the_documented_secure_service_monitor_is_valid() -> None:
+    """docs/security.md's ServiceMonitor (HTTPS, a CA, basic auth) validates against the
+    shipped CRD, so that the worked example does not rot."""
+    (monitor,) = _documented("ServiceMonitor")
+    validate_custom(monitor)
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert set(endpoint["basicAuth"]) == {"username", "password"}
+    assert "ca" in endpoint["tlsConfig"]
+
+
 # --------------------------------------------------------------------------------- checkov
 
 
@@ -633,4 +758,4 @@ def test_checkov_skips_are_the_reviewed_ones(render: Render, rendering: str) -> 
                 skips.setdefault((doc["kind"], doc["metadata"]["name"]), set()).add(check)
         template = doc.get("spec", {}).get("template", {}).get("metadata", {})
         assert not any(k.startswith("checkov.io/") for k in template.get("annotations", {}))
-    assert skips == CHECKOV_SKIPS
+    assert skips == (CHECKOV_SKIPS_POD_NETWORK if rendering in POD_NETWORK else CHECKOV_SKIPS)
