@@ -5,12 +5,21 @@ from __future__ import annotations
 import io
 import json
 import random
+import threading
 from collections.abc import Iterator
 from types import MappingProxyType
 
+import pytest
+from structlog.testing import capture_logs
+
 from podres_exporter import logconf
 from podres_exporter.backoff import Backoff
-from podres_exporter.errors import KubeletRateLimited, KubeletUnavailable
+from podres_exporter.errors import (
+    KubeletError,
+    KubeletRateLimited,
+    KubeletUnavailable,
+    SourceError,
+)
 from podres_exporter.model import (
     Allocatable,
     ApiVersion,
@@ -21,8 +30,10 @@ from podres_exporter.model import (
     RequestStats,
     Support,
 )
-from podres_exporter.poller import Poller, Store
-from podres_exporter.reader import NodeReader
+from podres_exporter.poller import Poller, Store, stall_after
+from podres_exporter.reader import NodeReader, Observation
+from podres_exporter.settings import build
+from tests.conftest import wait_until
 
 TOPO = NodeTopology(frozenset({0, 1}), MappingProxyType({0: 0, 1: 0}))
 
@@ -151,3 +162,155 @@ def test_losing_every_pod_alone_is_held() -> None:
     assert p.poll_once() == 0.5
     view = store.current()
     assert view is not None and view.accounting is not None and view.accounting.pods == 2
+
+
+# ------------------------------------------------------------------- one log per change
+
+
+def test_topology_failure_is_logged_once_then_its_recovery() -> None:
+    """topology_read_failed once when sysfs starts failing (not at every poll), then
+    topology_recovered once when it reads again."""
+    answers: list[NodeTopology | SourceError] = [
+        TOPO,
+        SourceError("no /sys/devices/system/node"),
+        SourceError("still none"),
+        TOPO,
+        TOPO,
+    ]
+
+    def topology() -> NodeTopology:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    p = Poller(NodeReader(Script([reading(1)] * 5), topology), Store())
+    with capture_logs() as logs:
+        for _ in range(5):
+            p.poll_once()
+    events = [e["event"] for e in logs if e["event"].startswith("topology_")]
+    assert events == ["topology_read_failed", "topology_recovered"]
+
+
+def test_kubelet_failure_is_logged_once_per_cause() -> None:
+    """kubelet_read_failed once per (error class, gRPC code): retries of one cause are
+    silent, a new cause (even of the same class) is logged, then the recovery."""
+    gone = KubeletUnavailable("gone", method="List", code="UNAVAILABLE")
+    internal = KubeletError("boom", method="List", code="INTERNAL")
+    unknown = KubeletError("what", method="List", code="UNKNOWN")
+    script: list[KubeletReading | Exception] = [
+        gone,
+        gone,
+        gone,
+        internal,
+        internal,
+        unknown,
+        unknown,
+        reading(1),
+        gone,
+    ]
+    p = Poller(NodeReader(Script(script), lambda: TOPO), Store(), rng=random.Random(0))
+    with capture_logs() as logs:
+        for _ in script:
+            p.poll_once()
+    failed = [(e["error_kind"], e["code"]) for e in logs if e["event"] == "kubelet_read_failed"]
+    assert failed == [
+        ("KubeletUnavailable", "UNAVAILABLE"),
+        ("KubeletError", "INTERNAL"),
+        ("KubeletError", "UNKNOWN"),
+        ("KubeletUnavailable", "UNAVAILABLE"),
+    ]
+    assert [e["event"] for e in logs].count("kubelet_recovered") == 1
+    assert p.kubelet_error is gone
+
+
+def test_a_poll_that_raises_is_logged_once_per_kind() -> None:
+    """A reader that raises at every poll: one poll_failed, then poll_recovered."""
+
+    class Flaky(NodeReader):
+        def __init__(self) -> None:
+            super().__init__(Script([reading(1)] * 3), lambda: TOPO)
+            self.raises = 3
+
+        def observe(self) -> Observation:
+            if self.raises:
+                self.raises -= 1
+                raise RuntimeError("bad data")
+            return super().observe()
+
+    reader = Flaky()
+    p = Poller(reader, Store(), interval_s=0.01, backoff=Backoff(0.01, 0.01))
+    with capture_logs() as logs:
+        p.start()
+        wait_until(lambda: any(e["event"] == "poll_recovered" for e in logs))
+        p.stop()
+    assert [e["event"] for e in logs].count("poll_failed") == 1
+
+
+# ----------------------------------------------------------------------------- health
+
+
+def test_stall_after_covers_the_longest_legitimate_cycle() -> None:
+    """Twice the longest wait plus every kubelet deadline and the source timeout; a minute
+    at least."""
+    assert stall_after(build({}, {})) == 2 * (30 + 3 * 10 + 5)
+    fast = build(
+        {
+            "--poll-interval": "1s",
+            "--kubelet-backoff-max": "1s",
+            "--kubelet-timeout": "1s",
+            "--source-timeout": "1s",
+        },
+        {},
+    )
+    assert stall_after(fast) == 60.0
+    slow = build({"--poll-interval": "1h", "--kubelet-timeout": "1m"}, {})
+    assert stall_after(slow) == 2 * (3600 + 180 + 5)
+
+
+class Hanging(NodeReader):
+    """A reader whose observe() blocks until released, or raises what it is given."""
+
+    def __init__(self, *, raise_: BaseException | None = None) -> None:
+        super().__init__(Script([reading(1)] * 100), lambda: TOPO)
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.raise_ = raise_
+
+    def observe(self) -> Observation:
+        self.entered.set()
+        if self.raise_ is not None:
+            raise self.raise_
+        self.release.wait()
+        return super().observe()
+
+
+def test_a_hung_poll_fails_health_after_the_stall_limit() -> None:
+    """The loop blocked in a poll: healthy until stall_after_s has passed, then "poller
+    stalled"; healthy again once it finishes a poll."""
+    now = [0.0]
+    reader = Hanging()
+    p = Poller(reader, Store(), clock=lambda: now[0], stall_after_s=10.0)
+    assert p.health() == (False, "poller stopped")  # not started
+    p.start()
+    try:
+        assert reader.entered.wait(5)
+        now[0] = 10.0
+        assert p.health() == (True, "ok")
+        now[0] = 10.5
+        assert p.health() == (False, "poller stalled")
+        reader.release.set()
+        wait_until(lambda: p.health() == (True, "ok"))
+    finally:
+        reader.release.set()
+        p.stop()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # on purpose
+def test_a_dead_loop_fails_health() -> None:
+    """A BaseException ends the loop's thread: "poller stopped"."""
+    reader = Hanging(raise_=SystemExit("gone"))
+    p = Poller(reader, Store())
+    p.start()
+    wait_until(lambda: not p.alive())
+    assert p.health() == (False, "poller stopped")

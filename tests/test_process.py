@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import structlog
+from structlog.testing import capture_logs
 
 from podres_exporter import logconf, process
 from podres_exporter.cli import main as podres
@@ -29,13 +30,15 @@ Handler = Callable[[int, FrameType | None], None]
 
 @pytest.fixture
 def sentinels() -> Iterator[dict[signal.Signals, Handler]]:
-    """Harmless SIGTERM / SIGINT handlers for the test's duration (a signal that the code
-    under test fails to catch lands here, not in pytest); the originals restored after."""
+    """Harmless SIGTERM / SIGINT / SIGHUP handlers for the test's duration (a signal that
+    the code under test fails to catch lands here, not in pytest); the originals restored
+    after."""
 
     def ignore(_signum: int, _frame: FrameType | None) -> None:
         return
 
-    handlers: dict[signal.Signals, Handler] = {sig: ignore for sig in process.STOP_SIGNALS}
+    watched = (*process.STOP_SIGNALS, process.RELOAD_SIGNAL)
+    handlers: dict[signal.Signals, Handler] = {sig: ignore for sig in watched}
     previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
     yield handlers
     for sig, h in previous.items():
@@ -101,6 +104,54 @@ def test_off_the_main_thread_no_handler_is_installed(
     event.set()
     thread.join(timeout=5)
     assert seen == [sentinels[signal.SIGTERM], "stop requested"]
+
+
+def test_sighup_runs_the_reloads_on_the_waiting_thread(
+    sentinels: dict[signal.Signals, Handler],
+) -> None:
+    """SIGHUP does not end the wait: it logs one reload_requested and runs every reload
+    callback on the waiting thread; one that raises is logged and the next still runs."""
+    ran: list[tuple[str, threading.Thread]] = []
+
+    def first() -> None:
+        ran.append(("first", threading.current_thread()))
+
+    def broken() -> None:
+        raise OSError("cannot read /etc/podres/web.yml")
+
+    with capture_logs() as logs, process.stop_on_signals(reload=[first, broken]) as stop:
+        assert signal.getsignal(signal.SIGHUP) is not sentinels[signal.SIGHUP]
+
+        def last() -> None:
+            ran.append(("last", threading.current_thread()))
+            stop.event.set()
+
+        stop.reloads.append(last)
+        timer = kill_self_soon(signal.SIGHUP)
+        reason = stop.wait()
+    timer.join()
+    assert reason == "stop requested", "the last callback stopped it, not the signal"
+    assert ran == [("first", threading.main_thread()), ("last", threading.main_thread())]
+    events = [e["event"] for e in logs]
+    assert events == ["reload_requested", "reload_failed"]
+    assert logs[0]["callbacks"] == 3 and logs[0]["signal"] == "SIGHUP"
+    assert "cannot read" in logs[1]["error"] and "broken" in logs[1]["callback"]
+    assert signal.getsignal(signal.SIGHUP) is sentinels[signal.SIGHUP]
+
+
+def test_sighup_without_callbacks_only_logs(sentinels: dict[signal.Signals, Handler]) -> None:
+    """No reload registered: SIGHUP still never ends the process; it is logged once, then
+    a SIGTERM stops the wait."""
+    with capture_logs() as logs, process.stop_on_signals() as stop:
+        os.kill(os.getpid(), signal.SIGHUP)  # its handler runs here, in this thread
+        timer = kill_self_soon(signal.SIGTERM)
+        reason = stop.wait()
+    timer.join()
+    assert reason == "signal SIGTERM"
+    assert logs == [
+        {"event": "reload_requested", "signal": "SIGHUP", "signals": 1, "callbacks": 0,
+         "log_level": "info"}
+    ]  # fmt: skip
 
 
 class Daemon:

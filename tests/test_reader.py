@@ -6,6 +6,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from podres_exporter.errors import SourceError
 from podres_exporter.reader import SourceRunner
 from podres_exporter.telemetry import CpuTimes, SysfsDevices
@@ -65,3 +67,66 @@ def test_failing_source_keeps_last_value_with_its_error() -> None:
     runner.start()
     assert runner.collect().sources["cpu"].ok
     runner.close()
+
+
+def test_a_failing_source_is_logged_once_per_cause() -> None:
+    """source_failed when the source starts failing and when the cause (the error's class,
+    or the timeout) changes; not at every poll while the cause stays; source_ok after."""
+    gate = threading.Event()
+    answers: list[Any] = [
+        SourceError("cannot read /proc/stat"),
+        SourceError("cannot read /proc/stat again"),
+        OSError("I/O error"),
+        OSError("I/O error"),
+        "hang",
+        {"cpu_times": CpuTimes()},
+    ]
+
+    def flaky() -> Mapping[str, Any]:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        if a == "hang":
+            gate.wait(5)
+            return {"cpu_times": CpuTimes()}
+        return dict(a)
+
+    runner = SourceRunner({"cpu": flaky}, timeout_s=0.2)
+    with capture_logs() as logs:
+        for _ in range(5):
+            runner.start()
+            runner.collect()
+        gate.set()
+        runner.start()
+        runner.collect()  # the hung call's late answer
+        runner.start()
+        runner.collect()
+    runner.close()
+    events = [(e["event"], e.get("cause")) for e in logs]
+    assert events == [
+        ("source_failed", "SourceError"),
+        ("source_failed", "OSError"),
+        ("source_failed", "timeout"),
+        ("source_ok", None),
+    ]
+
+
+def test_a_hung_source_never_holds_up_the_process_exit() -> None:
+    """Each source runs on a daemon thread: one hung in a driver call does not keep the
+    interpreter alive after SIGTERM (a ThreadPoolExecutor's workers are joined at exit)."""
+    gate = threading.Event()
+
+    def hung() -> Mapping[str, Any]:
+        gate.wait(10)
+        return {}
+
+    runner = SourceRunner({"hung": hung}, timeout_s=0.05)
+    runner.start()
+    assert not runner.collect().sources["hung"].ok
+    (thread,) = [t for t in threading.enumerate() if t.name == "podres-source-hung"]
+    assert thread.daemon and thread.is_alive()
+    runner.close()
+    runner.start()  # closed: nothing more is launched
+    gate.set()
+    thread.join(5)
+    assert not [t for t in threading.enumerate() if t.name == "podres-source-hung"]

@@ -8,8 +8,15 @@ import pytest
 
 from podres_exporter.cli import main
 from podres_exporter.errors import ConfigError
-from podres_exporter.options import parse_duration, parse_listen_address, parse_size
-from podres_exporter.settings import build
+from podres_exporter.options import (
+    Duration,
+    Option,
+    Size,
+    parse_duration,
+    parse_listen_address,
+    parse_size,
+)
+from podres_exporter.settings import BY_FLAG, OPTIONS, build
 
 NAMES = ("cpu", "devices")
 
@@ -154,3 +161,139 @@ def test_sizes_and_addresses() -> None:
     assert parse_listen_address("[::1]:9842") == ("::1", 9842)
     with pytest.raises(ValueError, match="brackets"):
         parse_listen_address("::1:9842")
+
+
+# ------------------------------------------------------------------------------ bounds
+
+BOUNDED = [o for o in OPTIONS if isinstance(o.parse, Duration | Size)]
+
+
+def test_every_duration_and_size_has_an_upper_bound() -> None:
+    """No option parses a duration or a size without a bound (the bare parsers have none
+    a wait could survive)."""
+    assert {o.flag for o in BOUNDED} == {
+        "--kubelet-max-message-size", "--kubelet-timeout", "--poll-interval",
+        "--kubelet-backoff-initial", "--kubelet-backoff-max", "--kubelet-empty-confirm",
+        "--source-timeout",
+    }  # fmt: skip
+    assert not [o.flag for o in OPTIONS if o.parse in (parse_duration, parse_size)]
+    assert BY_FLAG["--kubelet-max-message-size"].limit == "max 1Gi"  # gRPC stops at 2 GiB
+
+
+def _over(opt: Option) -> str:
+    """A value just above ``opt``'s bound."""
+    if isinstance(opt.parse, Size):
+        return str(opt.parse.max_bytes + 1)
+    assert isinstance(opt.parse, Duration)
+    return f"{opt.parse.max_s + 1:g}s"
+
+
+@pytest.mark.parametrize("opt", BOUNDED, ids=lambda o: o.flag)
+def test_a_value_over_the_bound_names_the_key_wherever_it_came_from(
+    opt: Option, tmp_path: Path
+) -> None:
+    """Above the bound: a ConfigError naming the flag and the flag, variable or file key
+    the value came from; the bound itself is accepted."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'{opt.key} = "{_over(opt)}"\n')
+    for flags, env, origin in (
+        ({opt.flag: _over(opt)}, {}, f"flag {opt.flag}"),
+        ({}, {opt.env: _over(opt)}, f"environment variable {opt.env}"),
+        ({}, {}, f"key {opt.key!r} of config file {cfg}"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            build(flags, env, config_path=str(cfg))
+        assert f"invalid value for {opt.flag} (from {origin})" in str(info.value)
+        assert "more than the maximum" in str(info.value)
+    at_bound = opt.limit.removeprefix("max ") if opt.limit else ""
+    relation = {"--kubelet-backoff-initial": {"--kubelet-backoff-max": at_bound}}
+    value = getattr(build({opt.flag: at_bound, **relation.get(opt.flag, {})}, {}), opt.attr)
+    assert value == opt.parse(at_bound)
+
+
+def test_backoff_initial_above_max_names_both(tmp_path: Path) -> None:
+    """--kubelet-backoff-initial above --kubelet-backoff-max: one error naming both keys."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('kubelet-backoff-max = "10s"\n')
+    with pytest.raises(ConfigError) as info:
+        build({}, {"PODRES_KUBELET_BACKOFF_INITIAL": "20s"}, config_path=str(cfg))
+    assert str(info.value) == (
+        "--kubelet-backoff-initial (20s, from environment variable "
+        "PODRES_KUBELET_BACKOFF_INITIAL) is more than --kubelet-backoff-max (10s, from key "
+        f"'kubelet-backoff-max' of config file {cfg}): the first wait after a failure cannot "
+        "be longer than the longest"
+    )
+
+
+def test_the_help_states_each_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """`podres export --help` shows every bound beside the default."""
+    with pytest.raises(SystemExit):
+        main(["export", "--help"], env={})
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[default 16Mi; max 1Gi; env PODRES_KUBELET_MAX_MESSAGE_SIZE]" in text
+    assert "[default 10s; max 1h; env PODRES_POLL_INTERVAL]" in text
+    assert "gRPC cannot take 2Gi" in text
+
+
+# ------------------------------------------------------------------------- config files
+
+
+@pytest.mark.parametrize(
+    ("content", "names"),
+    [
+        pytest.param('poll-interval = "10s"\n'.encode("utf-16"), "is not UTF-8 text", id="utf-16"),
+        pytest.param(
+            'kubelet-socket = "/r\xe9el.sock"\n'.encode("latin-1"),
+            "is not UTF-8 text",
+            id="latin-1",
+        ),
+        pytest.param(b'poll-interval = "10s\n', "is not valid TOML", id="syntax"),
+        pytest.param(
+            b'kubelet-socket = ["/a.sock"]\n',
+            "--kubelet-socket (from key 'kubelet-socket'",
+            id="list-for-path",
+        ),
+        pytest.param(
+            b"poll-interval = { seconds = 10 }\n",
+            "key 'poll-interval': expected a value",
+            id="table-for-duration",
+        ),
+        pytest.param(
+            b"kubelet-timeout = {}\n",
+            "--kubelet-timeout (from key 'kubelet-timeout'",
+            id="empty-table",
+        ),
+        pytest.param(
+            b"log-level = 3\n", "--log-level (from key 'log-level'", id="number-for-string"
+        ),
+        pytest.param(
+            b'path = "/host/sys"\n', "key 'path': expected a table ([path])", id="string-for-table"
+        ),
+        pytest.param(
+            b"[path]\nsysfs = 1\n", "--path.sysfs (from key 'path.sysfs'", id="number-for-path"
+        ),
+        pytest.param(
+            b'[collector]\ncpu = "maybe"\n',
+            "--collector.cpu (from key 'collector.cpu'",
+            id="string-for-bool",
+        ),
+        pytest.param(b'poll-intervall = "5s"\n', "unknown key 'poll-intervall'", id="unknown-key"),
+        pytest.param(
+            b'kubelet-max-message-size = "2Gi"\n',
+            "(from key 'kubelet-max-message-size'",
+            id="over-bound",
+        ),
+    ],
+)
+def test_a_wrong_config_file_exits_2_naming_file_and_key(
+    tmp_path: Path, content: bytes, names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`podres export --config FILE`: a file in another encoding, not TOML, with a value
+    of the wrong type or an unknown key exits 2 naming the file and the key; no traceback."""
+    cfg = tmp_path / "exporter.toml"
+    cfg.write_bytes(content)
+    assert main(["export", "--config", str(cfg)], env={}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("podres export: error: ")
+    assert str(cfg) in err and names in err
+    assert "Traceback" not in err

@@ -8,15 +8,23 @@ flag > environment > config file > default. Parsers raise ``ValueError``; resolv
 turns that into a :class:`~podres_exporter.errors.ConfigError` naming the flag and
 where the value came from.
 
+A parser takes a string (a flag, a variable) or the TOML value of a config file, and
+refuses a value of another type (an array where a path belongs is no path). Durations
+and sizes are bounded: :func:`duration` and :func:`size` make the parser of an option
+with its upper bound, which the help shows; no duration parsed is longer than
+:data:`MAX_DURATION_S`, so none overflows a wait or a gRPC deadline.
+:func:`check_at_most` checks a relation between two options, naming both.
+
 The exporter's options are in :mod:`podres_exporter.settings`, the device plugin's
 in :mod:`podres_exporter.deviceplugin.main`; neither imports the other.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,21 +38,70 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi|K|M|G)?B?\s*$")
 
 MAX_PORT = 65535
+MAX_DURATION_S = 7 * 24 * 3600.0
+"""The longest duration any parser takes (a week): far below ``threading.TIMEOUT_MAX`` and
+gRPC's deadline range, so no value a parser returns can overflow a wait or a deadline."""
 
 
-def parse_duration(text: str) -> float:
-    """``"10s"``, ``"500ms"``, ``"1m"``, ``"2.5"`` (seconds) -> seconds; must be > 0."""
+def describe(value: object) -> str:
+    """A value as an error message names it: ``the number 5``, ``an array``, ``a table``."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def _text(value: object, what: str) -> str:
+    """``value`` when it is a string; ValueError naming what was expected otherwise."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected {what}, got {describe(value)}")
+    return value
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as the largest unit that states them exactly: 3600 -> ``1h``, 0.5 -> ``500ms``."""
+    for unit, scale in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= scale and (seconds / scale).is_integer():
+            return f"{int(seconds / scale)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def format_size(size: int) -> str:
+    """Bytes as the largest binary unit that states them exactly: 2**30 -> ``1Gi``."""
+    for unit, scale in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def parse_duration(text: str | float, *, max_s: float = MAX_DURATION_S) -> float:
+    """``"10s"``, ``"500ms"``, ``"1m"``, ``"2.5"`` or a number (seconds) -> seconds; must
+    be > 0 and at most ``max_s``."""
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f'expected a duration such as "10s", got {describe(text)}')
     m = _DURATION.match(str(text))
     if not m:
         raise ValueError(f"{text!r} is not a duration (examples: 10s, 500ms, 1m)")
     seconds = float(m.group(1)) * _UNITS[m.group(2)]
     if seconds <= 0:
         raise ValueError(f"{text!r} must be greater than zero")
+    if not math.isfinite(seconds) or seconds > max_s:
+        raise ValueError(f"{text!r} is more than the maximum, {format_duration(max_s)}")
     return seconds
 
 
-def parse_size(text: str) -> int:
-    """``"16Mi"``, ``"4194304"``, ``"64MiB"`` -> bytes; must be > 0."""
+def parse_size(text: str | int, *, max_bytes: int | None = None) -> int:
+    """``"16Mi"``, ``"4194304"``, ``"64MiB"`` or a number -> bytes; must be > 0 (and at
+    most ``max_bytes`` when given)."""
+    if isinstance(text, bool) or not isinstance(text, str | int):
+        raise ValueError(f'expected a size such as "16Mi", got {describe(text)}')
     m = _SIZE.match(str(text))
     if not m:
         raise ValueError(f"{text!r} is not a size (examples: 16Mi, 4194304)")
@@ -52,12 +109,56 @@ def parse_size(text: str) -> int:
     size = parse_bytes(number + ("k" if suffix == "K" else suffix))
     if size <= 0:
         raise ValueError(f"{text!r} must be greater than zero")
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"{text!r} is more than the maximum, {format_size(max_bytes)}")
     return size
+
+
+@dataclass(frozen=True, slots=True)
+class Duration:
+    """The parser of a duration option with its upper bound (see :func:`duration`)."""
+
+    max_s: float
+
+    def __call__(self, raw: Any) -> float:
+        return parse_duration(raw, max_s=self.max_s)
+
+    @property
+    def limit(self) -> str:
+        return f"max {format_duration(self.max_s)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    """The parser of a size option with its upper bound (see :func:`size`)."""
+
+    max_bytes: int
+
+    def __call__(self, raw: Any) -> int:
+        return parse_size(raw, max_bytes=self.max_bytes)
+
+    @property
+    def limit(self) -> str:
+        return f"max {format_size(self.max_bytes)}"
+
+
+def duration(*, max_s: float) -> Duration:
+    """A duration parser refusing more than ``max_s`` seconds (the help shows the bound)."""
+    if not 0 < max_s <= MAX_DURATION_S:
+        raise ValueError(f"max_s must be in (0, {MAX_DURATION_S:g}]")
+    return Duration(max_s)
+
+
+def size(*, max_bytes: int) -> Size:
+    """A size parser refusing more than ``max_bytes`` (the help shows the bound)."""
+    if max_bytes <= 0:
+        raise ValueError("max_bytes must be positive")
+    return Size(max_bytes)
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` (every interface) or ``[::1]:PORT`` -> (host, port)."""
-    raw = str(text).strip()
+    raw = _text(text, 'an address such as ":9842"').strip()
     host, sep, port_text = raw.rpartition(":")
     if not sep or not port_text.isdigit():
         raise ValueError(f"{text!r} is not HOST:PORT (examples: :9842, 127.0.0.1:9842, [::1]:9842)")
@@ -73,7 +174,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
 
 def parse_log_level(text: str) -> str:
     """One of debug, info, warning, error."""
-    level = str(text).strip().lower()
+    level = _text(text, "a log level").strip().lower()
     if level not in LEVELS:
         raise ValueError(f"{text!r} is not one of {', '.join(LEVELS)}")
     return level
@@ -81,7 +182,7 @@ def parse_log_level(text: str) -> str:
 
 def parse_log_format(text: str) -> str:
     """auto (JSON unless on a terminal), json or console."""
-    fmt = str(text).strip().lower()
+    fmt = _text(text, "a log format").strip().lower()
     if fmt not in FORMATS:
         raise ValueError(f"{text!r} is not one of {', '.join(FORMATS)}")
     return fmt
@@ -91,7 +192,7 @@ def parse_bool(text: str | bool) -> bool:
     """true/false, 1/0, yes/no, on/off."""
     if isinstance(text, bool):
         return text
-    value = str(text).strip().lower()
+    value = _text(text, "true or false").strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
     if value in ("0", "false", "no", "off"):
@@ -99,9 +200,13 @@ def parse_bool(text: str | bool) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true or false)")
 
 
-def parse_patterns(text: str) -> tuple[str, ...]:
-    """Comma-separated, non-empty glob patterns: ``nvidia.com/*,amd.com/gpu``."""
-    patterns = tuple(p.strip() for p in str(text).split(",") if p.strip())
+def parse_patterns(text: str | list[str]) -> tuple[str, ...]:
+    """Comma-separated, non-empty glob patterns: ``nvidia.com/*,amd.com/gpu`` (or, in a
+    config file, an array of them)."""
+    what = 'patterns such as "nvidia.com/*"'
+    items = text if isinstance(text, list | tuple) else [_text(text, what)]
+    parts = [p for item in items for p in _text(item, what).split(",")]
+    patterns = tuple(p.strip() for p in parts if p.strip())
     if not patterns:
         raise ValueError("expected at least one pattern, e.g. nvidia.com/*")
     return patterns
@@ -109,7 +214,7 @@ def parse_patterns(text: str) -> tuple[str, ...]:
 
 def parse_path(text: str) -> str:
     """A non-empty path."""
-    value = str(text)
+    value = _text(text, "a path")
     if not value:
         raise ValueError("the path is empty")
     return value
@@ -133,16 +238,57 @@ class Option:
     def key(self) -> str:
         return self.flag.lstrip("-")
 
+    @property
+    def limit(self) -> str | None:
+        """The parser's bound as the help shows it (``max 1h``), or None."""
+        limit = getattr(self.parse, "limit", None)
+        return limit if isinstance(limit, str) else None
+
+    def shown(self) -> str:
+        """The ``[default ..; max ..; env ..]`` the help appends to :attr:`help`."""
+        default = self.default
+        if isinstance(self.parse, Duration) and isinstance(default, float | int):
+            default = format_duration(default)
+        elif isinstance(self.parse, Size) and isinstance(default, int):
+            default = format_size(default)
+        parts = [] if default is None else [f"default {default}"]
+        if self.limit is not None:
+            parts.append(self.limit)
+        parts.append(f"env {self.env}")
+        return f" [{'; '.join(parts)}]"
+
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as dotted keys; an empty table stays, as the value ``{}`` of its key
+    (so that ``poll-interval = {}`` is refused, not lost)."""
     out: dict[str, Any] = {}
     for k, v in table.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:
             out.update(_flatten(v, key + "."))
         else:
             out[key] = v
     return out
+
+
+def raw_value(
+    opt: Option,
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    file_values: Mapping[str, Any] | None = None,
+    file_path: str | None = None,
+) -> tuple[Any, str] | None:
+    """The raw value of ``opt`` and where it came from (``flag --x``, ``environment
+    variable PODRES_X``, ``key 'x' of config file F``, ``default``); None when unset."""
+    if flags.get(opt.flag) is not None:
+        return flags[opt.flag], f"flag {opt.flag}"
+    if opt.env in env:
+        return env[opt.env], f"environment variable {opt.env}"
+    if file_values is not None and opt.key in file_values:
+        return file_values[opt.key], f"key {opt.key!r} of config file {file_path}"
+    if opt.default is None:
+        return None
+    return opt.default, "default"
 
 
 def resolve(
@@ -157,29 +303,66 @@ def resolve(
     A default of None stays None (the option is unset). ConfigError names the flag and
     where the bad value came from.
     """
-    if flags.get(opt.flag) is not None:
-        raw, origin = flags[opt.flag], f"flag {opt.flag}"
-    elif opt.env in env:
-        raw, origin = env[opt.env], f"environment variable {opt.env}"
-    elif file_values is not None and opt.key in file_values:
-        raw, origin = file_values[opt.key], f"key {opt.key!r} of config file {file_path}"
-    elif opt.default is None:
+    found = raw_value(opt, flags, env, file_values, file_path)
+    if found is None:
         return None
-    else:
-        raw, origin = opt.default, "default"
+    raw, origin = found
     try:
         return opt.parse(raw)
     except ValueError as err:
         raise ConfigError(f"invalid value for {opt.flag} (from {origin}): {err}") from err
 
 
+def resolve_all(
+    options: Iterable[Option],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    file_values: Mapping[str, Any] | None = None,
+    file_path: str | None = None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every option's parsed value by ``attr``, and where each came from (for
+    :func:`check_at_most`); ConfigError as :func:`resolve` raises it."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for opt in options:
+        values[opt.attr] = resolve(opt, flags, env, file_values, file_path)
+        found = raw_value(opt, flags, env, file_values, file_path)
+        origins[opt.attr] = found[1] if found is not None else "unset"
+    return values, origins
+
+
+def check_at_most(
+    low: Option,
+    high: Option,
+    values: Mapping[str, Any],
+    origins: Mapping[str, str],
+    why: str,
+) -> None:
+    """ConfigError naming both flags and where each value came from when the value of
+    ``low`` is above that of ``high`` (both set); ``why`` says why it must not be."""
+    a, b = values.get(low.attr), values.get(high.attr)
+    if a is None or b is None or a <= b:
+        return
+    shown = format_duration if isinstance(a, float) else str
+    raise ConfigError(
+        f"{low.flag} ({shown(a)}, from {origins[low.attr]}) is more than {high.flag} "
+        f"({shown(b)}, from {origins[high.attr]}): {why}"
+    )
+
+
 def read_toml(path: str) -> dict[str, Any]:
-    """The TOML file that ``--config`` names; ConfigError naming the flag."""
+    """The TOML file that ``--config`` names; ConfigError naming the flag and the file:
+    unreadable, not UTF-8 (as TOML must be), or not TOML."""
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except OSError as err:
         raise ConfigError(f"config file {path} (--config): {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file {path} (--config) is not UTF-8 text (byte {err.start}): "
+            "save it as UTF-8, as TOML requires"
+        ) from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} (--config) is not valid TOML: {err}") from err
 
@@ -187,3 +370,17 @@ def read_toml(path: str) -> dict[str, Any]:
 def read_config_file(path: str) -> dict[str, Any]:
     """The config file's keys, flattened (``[path] sysfs`` -> ``path.sysfs``)."""
     return _flatten(read_toml(path))
+
+
+def web_config_option() -> Option:
+    """``--web.config.file``, the same for every daemon that serves HTTP."""
+    return Option(
+        "--web.config.file",
+        "web_config_file",
+        parse_path,
+        None,
+        "A web-config file, the format of the Prometheus exporters (TLS, basic auth, response "
+        "headers) for /metrics and the index page; /healthz and /readyz stay open. Re-read when "
+        "it or a file it names changes, and on SIGHUP (docs/security.md). Unset: plain HTTP, "
+        "open to whoever reaches the port.",
+    )

@@ -12,6 +12,11 @@ A kubelet that has just restarted answers for a short while with no pods and
 no allocatable CPUs. A reading that lost every pod, or every allocatable CPU, at
 once is held back and re-read soon; it is accepted only when it persists for
 ``empty_confirm_s``.
+
+Each failure is logged once per change of state (a kubelet failure once per cause: the
+error's class and gRPC code), not once per retry. :meth:`Poller.health` is the
+exporter's ``/healthz``: the loop's thread runs and has finished a poll recently
+(:func:`stall_after`).
 """
 
 from __future__ import annotations
@@ -27,9 +32,33 @@ from podres_exporter.backoff import Backoff
 from podres_exporter.errors import KubeletError
 from podres_exporter.model import KubeletReading
 from podres_exporter.reader import NodeReader, Observation
+from podres_exporter.settings import Settings
 from podres_exporter.view import NodeView
 
 log = structlog.get_logger(__name__)
+
+# The most kubelet calls in one reading (List v1, its v1alpha1 fallback, allocatable),
+# each bounded by --kubelet-timeout.
+_KUBELET_CALLS = 3
+# How many times the longest legitimate poll cycle may pass before the loop counts as
+# stalled, and the least time that takes (a big node's accounting is not bounded by a flag).
+_STALL_MARGIN = 2.0
+_MIN_STALL_S = 60.0
+
+
+def stall_after(settings: Settings) -> float:
+    """Seconds without a finished poll after which the loop is stalled (``/healthz`` fails).
+
+    A cycle waits at most the poll interval or the backoff ceiling, then reads the
+    kubelet (each call bounded by its timeout) while the telemetry runs (bounded by the
+    source timeout); twice that, and at least a minute.
+    """
+    cycle = (
+        max(settings.poll_interval_s, settings.backoff_max_s)
+        + _KUBELET_CALLS * settings.kubelet_timeout_s
+        + settings.source_timeout_s
+    )
+    return max(_MIN_STALL_S, _STALL_MARGIN * cycle)
 
 
 class Store:
@@ -87,6 +116,7 @@ class Poller:
         empty_confirm_s: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        stall_after_s: float = _MIN_STALL_S,
     ) -> None:
         self._reader = reader
         self._store = store
@@ -99,7 +129,12 @@ class Poller:
         self._thread: threading.Thread | None = None
         self._generation = 0
         self._failures = 0
-        self._last_error_kind: str | None = None
+        self._last_error_kind: tuple[str, str] | None = None
+        self._kubelet_error: KubeletError | None = None
+        self._topology_failed = False
+        self._poll_error_kind: str | None = None
+        self._stall_after = stall_after_s
+        self._progress_at: float | None = None
         self._reading: KubeletReading | None = None
         self._suspect_since: float | None = None
         self._suspect_total = 0
@@ -109,13 +144,13 @@ class Poller:
     def poll_once(self) -> float:
         """Poll once, publish when there is something new; return the seconds to wait."""
         seen = self._reader.observe()
-        if seen.topology_error is not None:
-            log.error("topology_read_failed", error=str(seen.topology_error))
+        self._note_topology(seen)
+        self._kubelet_error = seen.kubelet_error
         if seen.reading is None:
             assert seen.kubelet_error is not None
             return self._failed(seen, seen.kubelet_error)
         reading = seen.reading
-        if self._failures:
+        if self._last_error_kind is not None:
             log.info(
                 "kubelet_recovered", socket=self._reader.socket_path, after_failures=self._failures
             )
@@ -140,14 +175,26 @@ class Poller:
         self._publish(seen)
         return self._interval
 
+    def _note_topology(self, seen: Observation) -> None:
+        """Log the topology's failure once when it starts, and its recovery."""
+        if seen.topology_error is not None and not self._topology_failed:
+            log.error(
+                "topology_read_failed",
+                error=str(seen.topology_error),
+                serving="last good topology" if self._reading else "none",
+            )
+        elif seen.topology_error is None and self._topology_failed:
+            log.info("topology_recovered")
+        self._topology_failed = seen.topology_error is not None
+
     def _failed(self, seen: Observation, err: KubeletError) -> float:
         self._failures += 1
-        kind = type(err).__name__
-        if kind != self._last_error_kind:
+        kind = (type(err).__name__, err.code)
+        if kind != self._last_error_kind and not self._stop.is_set():
             log.warning(
                 "kubelet_read_failed",
                 socket=self._reader.socket_path,
-                error_kind=kind,
+                error_kind=kind[0],
                 code=err.code,
                 error=str(err),
                 serving="last good reading" if self._reading else "nothing yet",
@@ -174,23 +221,51 @@ class Poller:
         while not self._stop.is_set():
             try:
                 wait = self.poll_once()
-            except Exception:
-                log.exception("poll_failed")
+            except Exception as err:
+                kind = type(err).__name__
+                if kind != self._poll_error_kind and not self._stop.is_set():
+                    log.exception("poll_failed", error_kind=kind)
+                    self._poll_error_kind = kind
                 self._failures += 1
                 wait = self._backoff.delay(self._failures, self._rng)
+            else:
+                if self._poll_error_kind is not None:
+                    log.info("poll_recovered", after=self._poll_error_kind)
+                    self._poll_error_kind = None
+            self._progress_at = self._clock()
             self._stop.wait(wait)
+
+    @property
+    def kubelet_error(self) -> KubeletError | None:
+        """The kubelet's error at the latest poll; None when it answered (or before any)."""
+        return self._kubelet_error
 
     def start(self) -> None:
         """Run the loop in a daemon thread."""
+        self._progress_at = self._clock()
         self._thread = threading.Thread(target=self.run, name="podres-poller", daemon=True)
         self._thread.start()
 
     def alive(self) -> bool:
-        """True while the loop thread runs (the /healthz answer)."""
+        """True while the loop thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Ask the loop to stop and wait for it (the reader is its owner's to close)."""
+    def health(self) -> tuple[bool, str]:
+        """The loop's part of ``/healthz``: its thread runs and finished a poll within
+        ``stall_after_s`` (a poll that hangs, or a wait that never ends, fails it)."""
+        if not self.alive():
+            return False, "poller stopped"
+        progress = self._progress_at
+        if progress is not None and self._clock() - progress > self._stall_after:
+            return False, "poller stalled"
+        return True, "ok"
+
+    def stop(self, timeout: float = 5.0, *, interrupt: Callable[[], None] | None = None) -> None:
+        """Ask the loop to stop, run ``interrupt`` (what ends a poll in flight: its owner
+        closing the reader cancels a kubelet call whose deadline is far away), and wait
+        for the loop. A poll that fails because it was interrupted is not logged."""
         self._stop.set()
+        if interrupt is not None:
+            interrupt()
         if self._thread is not None:
             self._thread.join(timeout)

@@ -3,8 +3,11 @@
 * :func:`configure_logging`: ``--log-level`` and ``--log-format``, where ``auto``
   means JSON unless stderr is a terminal;
 * :func:`stop_on_signals` / :func:`wait_for_signal`: SIGTERM and SIGINT end a wait
-  and say which signal it was;
-* :func:`listen`: the daemon's web server, or a ConfigError naming ``--listen-address``.
+  and say which signal it was; SIGHUP (whose default action would end the process)
+  runs the daemon's reload callbacks instead, on the waiting thread;
+* :func:`listen`: the daemon's web server, or a ConfigError naming ``--listen-address``;
+  with ``--web.config.file``, the :class:`~podres_exporter.webconfig.WebConfigWatcher`
+  that :func:`web_config` loads is what it asks for TLS, users and headers.
 """
 
 from __future__ import annotations
@@ -13,24 +16,38 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any, TextIO
+
+import structlog
 
 from podres_exporter import logconf
 from podres_exporter.errors import ConfigError
 from podres_exporter.web import Site, WebServer
+from podres_exporter.webconfig import WebConfigWatcher
 
 __all__ = [
+    "RELOAD_SIGNAL",
     "STOP_SIGNALS",
+    "Reload",
     "Stop",
     "configure_logging",
     "listen",
     "stop_on_signals",
     "wait_for_signal",
+    "web_config",
 ]
 
+log = structlog.get_logger(__name__)
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELOAD_SIGNAL = signal.SIGHUP
+
+Reload = Callable[[], object]
+"""A reload callback: re-reads what the daemon can re-read (its web config, its resource
+file); what it returns is ignored, what it raises is logged."""
+
 # How often a wait looks for a stop signal or a set event.
 _POLL_S = 0.1
 
@@ -43,50 +60,91 @@ def configure_logging(level: str, log_format: str, *, stream: TextIO | None = No
 
 
 class Stop:
-    """A stop request: ``event`` and why it was set.
+    """A stop request: ``event`` and why it was set; and the reload callbacks SIGHUP runs.
 
     A signal handler must not take a lock that the code it interrupts may hold:
     ``Event.set`` takes the event's lock, which the main thread holds for a moment in
-    every ``Event.wait``, and would deadlock there. So the handler only records the
-    signal (:meth:`signalled`) and :meth:`wait`, polling, turns it into the event.
+    every ``Event.wait``, and would deadlock there; a reload callback takes locks and
+    logs. So the handlers only record the signal (:meth:`signalled`, :meth:`hangup`)
+    and :meth:`wait`, polling, turns a stop into the event and runs the reloads.
     """
 
-    def __init__(self, event: threading.Event | None = None) -> None:
+    def __init__(self, event: threading.Event | None = None, reload: Iterable[Reload] = ()) -> None:
         self.event = event if event is not None else threading.Event()
         self.reason = "stop requested"
+        self.reloads: list[Reload] = list(reload)
         self._signal: str | None = None
+        self._hangups = 0  # written by the handler only
+        self._handled = 0  # written by wait only
 
     def signalled(self, signum: int) -> None:
         """Record a stop signal; safe in a signal handler (it takes no lock)."""
         self._signal = f"signal {signal.Signals(signum).name}"
 
+    def hangup(self) -> None:
+        """Record a SIGHUP; safe in a signal handler (it takes no lock)."""
+        self._hangups += 1
+
     def wait(self) -> str:
-        """Block until a stop signal or the event; the reason (``signal SIGTERM`` ...)."""
+        """Block until a stop signal or the event; the reason (``signal SIGTERM`` ...).
+        A SIGHUP meanwhile runs the reload callbacks here, then the wait goes on."""
         while self._signal is None and not self.event.is_set():
-            time.sleep(_POLL_S)  # a signal interrupts the sleep; its handler runs first
+            if self._hangups != self._handled:
+                self._reload()
+            else:
+                time.sleep(_POLL_S)  # a signal interrupts the sleep; its handler runs first
         if self._signal is not None:
             self.reason = self._signal
             self.event.set()
         return self.reason
 
+    def _reload(self) -> None:
+        """One ``reload_requested`` event for the SIGHUPs seen since the last, then every
+        callback; one that raises is logged and the others still run."""
+        seen = self._hangups  # read once: the handler may add to it at any moment
+        signals, self._handled = seen - self._handled, seen
+        log.info(
+            "reload_requested",
+            signal=RELOAD_SIGNAL.name,
+            signals=signals,
+            callbacks=len(self.reloads),
+        )
+        for callback in self.reloads:
+            try:
+                callback()
+            except Exception as err:  # noqa: BLE001 - a failed reload must not end the daemon
+                log.error(
+                    "reload_failed",
+                    callback=getattr(callback, "__qualname__", repr(callback)),
+                    error=repr(err),
+                )
+
 
 @contextlib.contextmanager
-def stop_on_signals(event: threading.Event | None = None) -> Iterator[Stop]:
+def stop_on_signals(
+    event: threading.Event | None = None, *, reload: Iterable[Reload] = ()
+) -> Iterator[Stop]:
     """While inside, SIGTERM and SIGINT end the :class:`Stop`'s wait (which then sets its
     event) and name themselves in its reason; ``event`` (when given) stops it too.
+    SIGHUP runs the ``reload`` callbacks (more can be appended to ``Stop.reloads``) from
+    the waiting thread, never from the handler, and never ends the process.
 
     Handlers are installed only on the main thread (elsewhere only ``event`` stops)
     and the previous ones are restored on leaving.
     """
-    stop = Stop(event)
+    stop = Stop(event, reload)
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         stop.signalled(signum)
+
+    def hangup(_signum: int, _frame: FrameType | None) -> None:
+        stop.hangup()
 
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, handler)
+        previous[RELOAD_SIGNAL] = signal.signal(RELOAD_SIGNAL, hangup)
     try:
         yield stop
     finally:
@@ -94,19 +152,29 @@ def stop_on_signals(event: threading.Event | None = None) -> Iterator[Stop]:
             signal.signal(sig, h)
 
 
-def wait_for_signal(event: threading.Event | None = None) -> str:
-    """Block until SIGTERM or SIGINT (or ``event`` is set); the reason."""
-    with stop_on_signals(event) as stop:
+def wait_for_signal(event: threading.Event | None = None, *, reload: Iterable[Reload] = ()) -> str:
+    """Block until SIGTERM or SIGINT (or ``event`` is set); the reason. SIGHUP runs
+    ``reload``."""
+    with stop_on_signals(event, reload=reload) as stop:
         return stop.wait()
 
 
-def listen(address: tuple[str, int], site: Site) -> WebServer:
-    """The web server for ``site`` bound to ``address`` (not serving yet).
+def web_config(path: str | None) -> WebConfigWatcher | None:
+    """The ``--web.config.file`` watcher (not watching yet), None without a file; a
+    ConfigError naming the file and the key when the file is wrong."""
+    return WebConfigWatcher(path) if path else None
+
+
+def listen(
+    address: tuple[str, int], site: Site, *, web_config: WebConfigWatcher | None = None
+) -> WebServer:
+    """The web server for ``site`` bound to ``address`` (not serving yet), under the
+    configuration ``web_config`` keeps (plain and open without one).
 
     ConfigError naming ``--listen-address`` when the address cannot be bound.
     """
     try:
-        return WebServer(address, site)
+        return WebServer(address, site, web_config=web_config.current if web_config else None)
     except OSError as err:
         host, port = address
         shown = f"[{host}]" if ":" in host else host

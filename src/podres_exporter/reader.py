@@ -16,9 +16,10 @@ through a :class:`NodeReader`:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
@@ -70,7 +71,9 @@ class SourceRunner:
     that fails keeps its last value, marked stale with the error; one that runs
     past the timeout keeps its last value, marked stale, and is not launched again
     until it has finished, so a hung driver call never stacks up threads nor
-    delays the other sources or a scrape.
+    delays the other sources, a scrape or the process's exit (each runs on a daemon
+    thread of its own). A source's failure is logged when it starts and when its
+    cause (the error's class, or the timeout) changes, never once per poll.
     """
 
     def __init__(
@@ -85,20 +88,21 @@ class SourceRunner:
         self._timeout = timeout_s
         self._clock = clock
         self._wall = wall_clock
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(1, len(self._sources)), thread_name_prefix="podres-source"
-        )
+        self._closed = False
         self._running: dict[str, tuple[Future[Mapping[str, Any]], float]] = {}
         self._values: dict[str, Mapping[str, Any]] = {}
         self._status: dict[str, SourceStatus] = {}
+        self._cause: dict[str, str | None] = {}  # why each source last failed; None: ok
         self._started_at = 0.0
 
     def start(self) -> None:
         """Launch every source that is not still running from an earlier poll."""
         self._started_at = self._clock()
+        if self._closed:
+            return
         for name, fn in self._sources.items():
             if name not in self._running:
-                self._running[name] = (self._pool.submit(fn), self._clock())
+                self._running[name] = (_launch(name, fn), self._clock())
 
     def collect(self) -> Telemetry:
         """Wait for the running sources until the timeout; merge the latest values."""
@@ -118,6 +122,7 @@ class SourceRunner:
                         error=f"still running after {self._timeout:g}s (--source-timeout)",
                         last_success=last_ok,
                     ),
+                    cause="timeout",
                 )
                 continue
             except Exception as err:  # noqa: BLE001 - one broken source must not stop the others
@@ -131,6 +136,7 @@ class SourceRunner:
                         error=f"{type(err).__name__}: {err}",
                         last_success=last_ok,
                     ),
+                    cause=type(err).__name__,
                 )
                 continue
             del self._running[name]
@@ -146,18 +152,45 @@ class SourceRunner:
             merged.update(self._values.get(name, {}))
         return Telemetry(**merged, sources=MappingProxyType(dict(self._status)))
 
-    def _set(self, name: str, status: SourceStatus) -> None:
+    def _set(self, name: str, status: SourceStatus, cause: str | None = None) -> None:
+        """Record a source's status; log when it turns ok or failed, or fails anew."""
         before = self._status.get(name)
-        if before is None or before.ok != status.ok:
-            if status.ok:
+        if status.ok:
+            if before is None or not before.ok:
                 log.info("source_ok", source=name, duration_s=round(status.duration_s, 3))
-            else:
-                log.warning("source_failed", source=name, error=status.error, stale=status.stale)
+        elif before is None or before.ok or self._cause.get(name) != cause:
+            log.warning(
+                "source_failed",
+                source=name,
+                cause=cause,
+                error=status.error,
+                stale=status.stale,
+            )
         self._status[name] = status
+        self._cause[name] = None if status.ok else cause
 
     def close(self) -> None:
-        """Stop accepting work; running sources finish in their threads."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop launching sources; running ones finish in their threads, which never
+        hold up the process's exit (a hung driver call must not block a SIGTERM)."""
+        self._closed = True
+
+
+def _launch(name: str, fn: TelemetrySource) -> Future[Mapping[str, Any]]:
+    """Run ``fn`` on a daemon thread of its own; its outcome in the Future. (A
+    ThreadPoolExecutor's workers are joined at interpreter exit: one hung in a driver
+    call would keep the process alive after SIGTERM.)"""
+    future: Future[Mapping[str, Any]] = Future()
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller, as an executor does
+            future.set_exception(err)
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=run, name=f"podres-source-{name}", daemon=True).start()
+    return future
 
 
 def gpu_source(backend: GpuBackend, settings: Settings) -> TelemetrySource:

@@ -8,7 +8,9 @@ without its dashes (``poll-interval = "10s"``, or ``[path]`` ``sysfs = "/host/sy
 
 Parsers take a ``Mapping`` for the environment and never read ``os.environ``.
 A bad value raises :class:`~podres_exporter.errors.ConfigError` naming the flag
-and where the value came from; the CLI turns that into exit status 2.
+and where the value came from; the CLI turns that into exit status 2. Every duration
+and size has an upper bound that no node needs to exceed (its help says which and
+why), so no value reaches a wait or a gRPC deadline that it would overflow.
 """
 
 from __future__ import annotations
@@ -21,41 +23,54 @@ from podres_exporter.errors import ConfigError
 from podres_exporter.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.options import (
     Option,
+    check_at_most,
+    duration,
     parse_bool,
-    parse_duration,
     parse_listen_address,
     parse_log_format,
     parse_log_level,
     parse_path,
     parse_patterns,
-    parse_size,
     read_config_file,
-    resolve,
+    resolve_all,
+    size,
+    web_config_option,
 )
 
 DEFAULT_LISTEN = ":9842"
+
+MAX_MESSAGE_BYTES = 2**30
+"""--kubelet-max-message-size at most 1Gi: gRPC refuses 2Gi and more (its limit is 2^31-1
+bytes), and a kubelet's whole answer is a few MiB even with 20,000 pods."""
 
 OPTIONS: tuple[Option, ...] = (
     Option("--kubelet-socket", "kubelet_socket", parse_path,
            "/var/lib/kubelet/pod-resources/kubelet.sock",
            "The kubelet's pod-resources socket. Mount its DIRECTORY into the pod: the kubelet "
            "re-creates the socket file at every start."),
-    Option("--kubelet-max-message-size", "kubelet_max_message_bytes", parse_size, 16 * 2**20,
+    Option("--kubelet-max-message-size", "kubelet_max_message_bytes",
+           size(max_bytes=MAX_MESSAGE_BYTES), 16 * 2**20,
            "Largest kubelet response accepted, bytes (16Mi, like the kubelet's own clients; "
-           "gRPC's 4 MiB default is too small for busy nodes)."),
-    Option("--kubelet-timeout", "kubelet_timeout_s", parse_duration, 10.0,
-           "Deadline of each kubelet call."),
+           "gRPC's 4 MiB default is too small for busy nodes). At most 1Gi: gRPC cannot take "
+           "2Gi, and a kubelet's answer is a few MiB even with 20,000 pods."),
+    Option("--kubelet-timeout", "kubelet_timeout_s", duration(max_s=60.0), 10.0,
+           "Deadline of each kubelet call. At most 1m: the kubelet answers in milliseconds, and "
+           "a call still open after a minute has failed."),
     Option("--listen-address", "listen_address", parse_listen_address, DEFAULT_LISTEN,
            "HOST:PORT for /metrics, /healthz and /readyz (:PORT listens on every interface)."),
-    Option("--poll-interval", "poll_interval_s", parse_duration, 10.0,
-           "Time between two readings of the kubelet. Scrapes never call the kubelet."),
-    Option("--kubelet-backoff-initial", "backoff_initial_s", parse_duration, 1.0,
-           "First wait after a failed kubelet call; doubles per failure, with jitter."),
-    Option("--kubelet-backoff-max", "backoff_max_s", parse_duration, 30.0,
-           "Longest wait between retries of an unreachable or rate-limiting kubelet."),
-    Option("--kubelet-empty-confirm", "empty_confirm_s", parse_duration, 3.0,
+    Option("--poll-interval", "poll_interval_s", duration(max_s=3600.0), 10.0,
+           "Time between two readings of the kubelet. Scrapes never call the kubelet. At most "
+           "1h: older data is no view of the node."),
+    Option("--kubelet-backoff-initial", "backoff_initial_s", duration(max_s=300.0), 1.0,
+           "First wait after a failed kubelet call; doubles per failure, with jitter. At most "
+           "--kubelet-backoff-max, and 5m."),
+    Option("--kubelet-backoff-max", "backoff_max_s", duration(max_s=600.0), 30.0,
+           "Longest wait between retries of an unreachable or rate-limiting kubelet. At most "
+           "10m: a kubelet back from a restart is read again within minutes."),
+    Option("--kubelet-empty-confirm", "empty_confirm_s", duration(max_s=300.0), 3.0,
            "How long a reading that lost every pod or every allocatable CPU at once must persist "
-           "before it is believed (a restarting kubelet answers so for ~100 ms)."),
+           "before it is believed (a restarting kubelet answers so for ~100 ms). At most 5m: a "
+           "node emptied for real is shown within minutes."),
     Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
            "Root of sysfs (the host's /sys mounted into the pod, e.g. /host/sys)."),
     Option("--path.procfs", "path_procfs", parse_path, "/proc",
@@ -66,13 +81,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("--path.container-logs", "path_container_logs", parse_path, "/var/log/containers",
            "The kubelet's container log links; their names map container IDs to containers "
            "(GPU processes to their holders)."),
-    Option("--source-timeout", "source_timeout_s", parse_duration, 5.0,
+    Option("--source-timeout", "source_timeout_s", duration(max_s=60.0), 5.0,
            "Longest wait for one telemetry source (NVML, sysfs, /proc) per poll; a slower one "
-           "keeps its last data, marked stale, and never delays the others."),
+           "keeps its last data, marked stale, and never delays the others. At most 1m: a "
+           "source slower than that is hung."),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
            "(nvidia<N>, card<N>-<M> ...); other resources are matched by id shape alone."),
+    web_config_option(),
     Option("--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."),
     Option("--log-format", "log_format", parse_log_format, "auto",
            "auto (JSON unless stderr is a terminal), json or console."),
@@ -100,6 +117,7 @@ class Settings:
     gpu_resources: tuple[str, ...]
     log_level: str
     log_format: str
+    web_config_file: str | None = None
     # --collector.NAME switches given (name -> on/off); the others keep their default.
     collector_overrides: Mapping[str, bool] = field(default_factory=dict)
 
@@ -120,22 +138,50 @@ def build(
     path = config_path or env.get("PODRES_CONFIG")
     file_values = read_config_file(path) if path else {}
     known = {o.key for o in OPTIONS} | {f"collector.{n}" for n in collector_names}
-    for key in file_values:
-        if key not in known:
-            raise ConfigError(
-                f"config file {path}: unknown key {key!r} (known: {', '.join(sorted(known))})"
-            )
-    values = {opt.attr: resolve(opt, flags, env, file_values, path) for opt in OPTIONS}
+    for key, value in file_values.items():
+        if key not in known and not (value == {} and _is_table(key, known)):
+            raise ConfigError(_unknown_key(key, known, path))
+    values, origins = resolve_all(OPTIONS, flags, env, file_values, path)
+    check_at_most(
+        BY_FLAG["--kubelet-backoff-initial"],
+        BY_FLAG["--kubelet-backoff-max"],
+        values,
+        origins,
+        "the first wait after a failure cannot be longer than the longest",
+    )
     collectors: dict[str, bool] = {}
     for name in collector_names:
         env_key = "PODRES_COLLECTOR_" + name.upper()
+        file_key = f"collector.{name}"
+        origin = f"flag --collector.{name}"
         try:
             if collector_flags and name in collector_flags:
                 collectors[name] = collector_flags[name]
             elif env_key in env:
+                origin = f"environment variable {env_key}"
                 collectors[name] = parse_bool(env[env_key])
-            elif f"collector.{name}" in file_values:
-                collectors[name] = parse_bool(file_values[f"collector.{name}"])
+            elif file_key in file_values:
+                origin = f"key {file_key!r} of config file {path}"
+                collectors[name] = parse_bool(file_values[file_key])
         except ValueError as err:
-            raise ConfigError(f"invalid value for --collector.{name}: {err}") from err
+            raise ConfigError(
+                f"invalid value for --collector.{name} (from {origin}): {err}"
+            ) from err
     return Settings(**values, collector_overrides=collectors)
+
+
+def _is_table(key: str, known: set[str]) -> bool:
+    """Whether ``key`` is a table of known keys (``path``, ``collector``)."""
+    return any(k.startswith(key + ".") for k in known)
+
+
+def _unknown_key(key: str, known: set[str], path: str | None) -> str:
+    """Why a flattened config-file key is not one of ``known``: a table where a value
+    belongs, a value where a table belongs, or a key nobody knows."""
+    where = f"config file {path}"
+    for k in known:
+        if key.startswith(k + "."):
+            return f"{where}: key {k!r}: expected a value, got a table"
+    if _is_table(key, known):
+        return f"{where}: key {key!r}: expected a table ([{key}])"
+    return f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})"

@@ -55,7 +55,7 @@ def test_flags_win_over_the_environment_which_wins_over_defaults() -> None:
     assert settings.xid_unhealthy_for_s is None  # the resource file decides
     defaults = plugin_settings(parse(["--config", "x.toml"]), {})
     assert defaults.device_plugin_dir == "/var/lib/kubelet/device-plugins"
-    assert defaults.listen_address == ("0.0.0.0", 9843)
+    assert defaults.listen_address == ("127.0.0.1", 9843)  # the loopback unless told
     assert (defaults.path_sysfs, defaults.path_dev) == ("/sys", "/dev")
 
 

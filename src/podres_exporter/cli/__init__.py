@@ -32,8 +32,7 @@ def _add_options(
     p.add_argument("--config", metavar="FILE", help="TOML config file (also PODRES_CONFIG)")
     for flag in flags:
         opt = BY_FLAG[flag]
-        shown = f" [default {opt.default}; env {opt.env}]"
-        p.add_argument(flag, dest=flag, default=None, metavar="VALUE", help=opt.help + shown)
+        p.add_argument(flag, dest=flag, default=None, metavar="VALUE", help=opt.help + opt.shown())
     if collector_flags:
         group = p.add_argument_group("collectors")
         for c in collectors.ALL:
@@ -73,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
         "--churn-interval",
         default="5s",
         metavar="DURATION",
-        help="time between simulated pod replacements (0 for none)",
+        help="time between simulated pod replacements (0 for none; max 1h)",
     )
     snap = sub.add_parser("snapshot", help="print one reading with its accounting as JSON")
     _add_options(snap, _SNAPSHOT_FLAGS, collector_flags=False)

@@ -24,10 +24,13 @@ from podres_exporter.deviceplugin.main import (
     load_plugin_config,
 )
 from podres_exporter.errors import ConfigError, ScenarioError
-from podres_exporter.options import parse_duration
+from podres_exporter.options import duration
 from podres_exporter.settings import Settings
 from podres_exporter.sim import Scenario, SimKubelet, resolve_scenario
 from podres_exporter.sim.hostfs import SimHost
+
+# --churn-interval at most an hour: rarer churn is no churn to watch.
+CHURN_INTERVAL = duration(max_s=3600.0)
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -67,7 +70,7 @@ def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
     process.configure_logging(settings.log_level, settings.log_format)
     sc = load_scenario(scenario)
     try:
-        churn_s = 0.0 if churn.strip() in ("0", "0s") else parse_duration(churn)
+        churn_s = 0.0 if churn.strip() in ("0", "0s") else CHURN_INTERVAL(churn)
     except ValueError as err:
         raise ConfigError(f"invalid value for --churn-interval: {err}") from err
     with tempfile.TemporaryDirectory(prefix="podres-demo-") as tmp:

@@ -1,4 +1,8 @@
-"""``podres export``: the composition root of the exporter daemon."""
+"""``podres export``: the composition root of the exporter daemon.
+
+What the web answers to anyone who asks (``/``, ``/healthz``, ``/readyz``) is terse:
+no path, no error text from the kubelet; the log has the details.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,17 @@ import structlog
 
 from podres_exporter import __version__, process
 from podres_exporter.backoff import Backoff
+from podres_exporter.errors import (
+    KubeletError,
+    KubeletNotServed,
+    KubeletRateLimited,
+    KubeletResponseTooLarge,
+    KubeletTimeout,
+    KubeletUnavailable,
+)
 from podres_exporter.exposition import Exposition
-from podres_exporter.poller import Poller, Store
+from podres_exporter.options import format_duration
+from podres_exporter.poller import Poller, Store, stall_after
 from podres_exporter.reader import NodeReader
 from podres_exporter.settings import Settings
 from podres_exporter.sources.gpu import GpuBackend
@@ -17,16 +30,45 @@ from podres_exporter.web import Index, Site, WebServer
 
 log = structlog.get_logger(__name__)
 
+# Why the exporter is not ready, by the kubelet error's class: the first match wins.
+_NOT_READY: tuple[tuple[type[KubeletError], str], ...] = (
+    (KubeletUnavailable, "kubelet unreachable"),
+    (KubeletTimeout, "kubelet timed out"),
+    (KubeletRateLimited, "kubelet rate-limited"),
+    (KubeletResponseTooLarge, "kubelet answer too large"),
+    (KubeletNotServed, "kubelet does not serve the pod-resources API"),
+    (KubeletError, "kubelet answered an error"),
+)
+
+
+def not_ready_cause(err: KubeletError | None) -> str:
+    """The cause category ``/readyz`` names for ``err`` (its class, never its text)."""
+    if err is None:
+        return "no kubelet reading yet"
+    return next(cause for kind, cause in _NOT_READY if isinstance(err, kind))
+
 
 class Exporter:
     """The running exporter: poller thread + HTTP server thread.
 
     ``gpu_backend``: the GPU telemetry backend (NVML by default; the demo and the
-    tests inject one over a fake NVML).
+    tests inject one over a fake NVML). ``stall_after_s``: how long without a finished
+    poll fails ``/healthz`` (by default :func:`~podres_exporter.poller.stall_after`).
     """
 
-    def __init__(self, settings: Settings, *, gpu_backend: GpuBackend | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        gpu_backend: GpuBackend | None = None,
+        stall_after_s: float | None = None,
+    ) -> None:
         self.settings = settings
+        # What SIGHUP re-reads (process.stop_on_signals runs them): e.g. the web config.
+        self.reloads: list[process.Reload] = []
+        self.web_config = process.web_config(settings.web_config_file)  # ConfigError: exit 2
+        if self.web_config is not None:
+            self.reloads.append(self.web_config.reload)
         self.store = Store()
         self.reader = NodeReader.from_settings(settings, gpu_backend=gpu_backend)
         self.poller = Poller(
@@ -35,6 +77,7 @@ class Exporter:
             interval_s=settings.poll_interval_s,
             backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s),
             empty_confirm_s=settings.empty_confirm_s,
+            stall_after_s=stall_after(settings) if stall_after_s is None else stall_after_s,
         )
         self.exposition = Exposition(self.store, partial(self.reader.families, version=__version__))
         try:
@@ -55,23 +98,25 @@ class Exporter:
                     title="podres-exporter",
                     version=__version__,
                     summary="Which container holds which CPUs, devices and memory on this node.",
-                    healthz="the process is alive",
+                    healthz="the poller and the web server run",
                     readyz="a first kubelet reading was taken",
-                    facts=(("kubelet socket", settings.kubelet_socket),),
+                    facts=(("poll interval", format_duration(settings.poll_interval_s)),),
                 ),
             ),
+            web_config=self.web_config,
         )
 
     def _health(self) -> tuple[bool, str]:
-        alive = self.poller.alive()
-        return alive, "ok" if alive else "poller stopped"
+        ok, text = self.poller.health()
+        if ok and not self.server.alive():
+            return False, "web server stopped"
+        return ok, text
 
     def _readiness(self) -> tuple[bool, str]:
         view = self.store.current()
         if view is not None and view.snapshot.ready:
             return True, "ready"
-        why = (view.snapshot.kubelet_error if view else None) or "no kubelet reading yet"
-        return False, f"not ready: {why}"
+        return False, f"not ready: {not_ready_cause(self.poller.kubelet_error)}"
 
     @property
     def url(self) -> str:
@@ -79,6 +124,8 @@ class Exporter:
 
     def start(self) -> None:
         self.poller.start()
+        if self.web_config is not None:
+            self.web_config.start()
         self.server.start("podres-http")
         log.info(
             "exporter_started",
@@ -91,16 +138,18 @@ class Exporter:
     def stop(self, reason: str = "requested") -> None:
         """Stop serving and polling; within a few seconds, well inside a pod's grace period."""
         self.server.stop()
-        self.poller.stop()
-        self.reader.close()
+        if self.web_config is not None:
+            self.web_config.stop()
+        # Closing the reader cancels a kubelet call in flight: the loop ends at once.
+        self.poller.stop(interrupt=self.reader.close)
         log.info("exporter_stopped", reason=reason)
 
 
 def run_export(settings: Settings) -> int:
-    """Run the exporter until SIGTERM or SIGINT."""
+    """Run the exporter until SIGTERM or SIGINT; SIGHUP runs its reload callbacks."""
     process.configure_logging(settings.log_level, settings.log_format)
     exporter = Exporter(settings)
-    with process.stop_on_signals() as stop:
+    with process.stop_on_signals(reload=exporter.reloads) as stop:
         exporter.start()
         reason = stop.wait()
     exporter.stop(reason)

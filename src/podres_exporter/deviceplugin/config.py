@@ -48,12 +48,14 @@ from typing import Any, Final
 
 from podres_exporter.errors import ConfigError
 from podres_exporter.kube import NameProblem, extended_resource_problem
-from podres_exporter.options import parse_duration, read_toml
+from podres_exporter.options import Duration, describe, duration, read_toml
 
 __all__ = [
     "DEFAULT_HEALTH_INTERVAL_S",
     "DEFAULT_XID_UNHEALTHY_FOR_S",
+    "HEALTH_INTERVAL",
     "MAX_REPLICAS",
+    "XID_UNHEALTHY_FOR",
     "Discover",
     "DiscoverKind",
     "PluginConfig",
@@ -65,6 +67,12 @@ __all__ = [
 
 DEFAULT_HEALTH_INTERVAL_S: Final = 0.5
 DEFAULT_XID_UNHEALTHY_FOR_S: Final = 300.0
+HEALTH_INTERVAL: Final = duration(max_s=60.0)
+"""health_interval / --health-interval, at most 1m: a device gone bad must reach the
+kubelet within a minute, or pods go on being placed on it."""
+XID_UNHEALTHY_FOR: Final = duration(max_s=24 * 3600.0)
+"""xid_unhealthy_for / --xid-unhealthy-for, at most 24h: a GPU still failing after a day
+reports new XIDs of its own."""
 MAX_REPLICAS: Final = 1024  # "<id>::1023" still fits the kubelet's 63-character id limit
 
 _HEX_ID = re.compile(r"^(0x)?[0-9a-fA-F]{4}$")
@@ -184,7 +192,7 @@ class _Table:
         self.where = where
         self.source = source
         if not isinstance(data, dict):
-            raise self.error(f"expected a table, got {_type(data)}")
+            raise self.error(f"expected a table, got {describe(data)}")
         self.data: dict[str, Any] = data
 
     def key(self, name: str) -> str:
@@ -206,7 +214,7 @@ class _Table:
             return None
         value = self.data[name]
         if not isinstance(value, str):
-            raise self.error(f"expected a string, got {_type(value)}", name)
+            raise self.error(f"expected a string, got {describe(value)}", name)
         if not value.strip():
             raise self.error("is empty", name)
         return value.strip()
@@ -216,17 +224,17 @@ class _Table:
             return default
         value = self.data[name]
         if not isinstance(value, bool):
-            raise self.error(f"expected true or false, got {_type(value)}", name)
+            raise self.error(f"expected true or false, got {describe(value)}", name)
         return value
 
-    def duration(self, name: str, default: float) -> float:
+    def duration(self, name: str, default: float, parse: Duration) -> float:
         if name not in self.data:
             return default
         value = self.data[name]
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise self.error(f'expected a duration such as "500ms", got {_type(value)}', name)
+            raise self.error(f'expected a duration such as "500ms", got {describe(value)}', name)
         try:
-            return parse_duration(str(value))
+            return parse(value)
         except ValueError as err:
             raise self.error(str(err), name) from err
 
@@ -236,20 +244,6 @@ class _Table:
                 raise self.error("is required", name)
             return None
         return _Table(self.data[name], self.key(name), self.source)
-
-
-def _type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return type(value).__name__
 
 
 def _hex_id(table: _Table, name: str) -> str | None:
@@ -320,7 +314,7 @@ def _env(table: _Table | None) -> Mapping[str, str]:
         if not _ENV_NAME.match(name):
             raise table.error("is not an environment variable name", name)
         if not isinstance(value, str):
-            raise table.error(f"expected a string, got {_type(value)}", name)
+            raise table.error(f"expected a string, got {describe(value)}", name)
         out[name] = value
     return MappingProxyType(out)
 
@@ -336,7 +330,7 @@ def _resource(table: _Table) -> ResourceConfig:
     discover = _discover(discover_table)
     replicas = table.data.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise table.error(f"expected a whole number, got {_type(replicas)}", "replicas")
+        raise table.error(f"expected a whole number, got {describe(replicas)}", "replicas")
     if not 1 <= replicas <= MAX_REPLICAS:
         raise table.error(f"{replicas} is not in 1..{MAX_REPLICAS}", "replicas")
     cdi = table.string("cdi")
@@ -384,8 +378,8 @@ def parse_config(
                 f"declared by resource[{seen[res.name]}]"
             )
         seen[res.name] = i
-    health = plugin.duration("health_interval", DEFAULT_HEALTH_INTERVAL_S)
-    xid = plugin.duration("xid_unhealthy_for", DEFAULT_XID_UNHEALTHY_FOR_S)
+    health = plugin.duration("health_interval", DEFAULT_HEALTH_INTERVAL_S, HEALTH_INTERVAL)
+    xid = plugin.duration("xid_unhealthy_for", DEFAULT_XID_UNHEALTHY_FOR_S, XID_UNHEALTHY_FOR)
     return PluginConfig(
         resources=resources,
         health_interval_s=health if health_interval_s is None else health_interval_s,

@@ -6,7 +6,11 @@ table (for ``--health-interval`` / ``--xid-unhealthy-for``) > defaults.
 
 Exit status: 0 after SIGTERM / SIGINT (sockets removed), 2 on a bad flag or
 resource file (the message names the flag or the key), 1 when the plugin cannot
-start for another reason (no NVML bindings installed for an nvml resource).
+start for another reason (no NVML bindings installed for an nvml resource). SIGHUP
+reads the resource file again and logs whether it changed; a restart applies it.
+
+The metrics listen on the loopback by default (``127.0.0.1:9843``): the plugin's web
+page is for the node itself; a deployment that scrapes it says ``:9843``.
 
 This module imports neither gRPC nor the hardware sources at import time, so the
 CLI can build its parser cheaply; :func:`build_plugin` imports them. The resource
@@ -27,16 +31,21 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from podres_exporter import __version__, process
-from podres_exporter.deviceplugin.config import PluginConfig, load_config
+from podres_exporter.deviceplugin.config import (
+    HEALTH_INTERVAL,
+    XID_UNHEALTHY_FOR,
+    PluginConfig,
+    load_config,
+)
 from podres_exporter.errors import ConfigError, PodresError
 from podres_exporter.options import (
     Option,
-    parse_duration,
     parse_listen_address,
     parse_log_format,
     parse_log_level,
     parse_path,
     resolve,
+    web_config_option,
 )
 
 if TYPE_CHECKING:
@@ -45,12 +54,14 @@ if TYPE_CHECKING:
     from podres_exporter.deviceplugin.monitor import Monitor
     from podres_exporter.sources.gpu import GpuBackend
     from podres_exporter.web import WebServer
+    from podres_exporter.webconfig import WebConfigWatcher
 
 __all__ = [
     "DEFAULT_DEVICE_PLUGIN_DIR",
     "DEFAULT_LISTEN",
     "PLUGIN_OPTIONS",
     "DevicePlugin",
+    "PluginHealth",
     "PluginSettings",
     "add_plugin_arguments",
     "add_plugin_parser",
@@ -63,7 +74,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-DEFAULT_LISTEN = ":9843"
+DEFAULT_LISTEN = "127.0.0.1:9843"
 CONFIG_ENV = "PODRES_CONFIG"
 
 PLUGIN_OPTIONS: tuple[Option, ...] = (
@@ -71,18 +82,22 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
            "The kubelet's device-plugins directory: kubelet.sock is there, and the plugin's own "
            "sockets go there. Mount the DIRECTORY: the kubelet re-creates its socket."),
     Option("--listen-address", "listen_address", parse_listen_address, DEFAULT_LISTEN,
-           "HOST:PORT for the plugin's /metrics, /healthz and /readyz (:PORT: every interface)."),
+           "HOST:PORT for the plugin's /metrics, /healthz and /readyz; the loopback by default "
+           "(:9843 listens on every interface, for Prometheus to scrape it)."),
     Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
            "Root of sysfs (the host's /sys, e.g. /host/sys): PCI functions and interfaces."),
     Option("--path.dev", "path_dev", parse_path, "/dev",
            "Where the plugin sees the host's /dev (e.g. /host/dev) for dev rules; containers "
            "are always given the host's /dev paths."),
-    Option("--health-interval", "health_interval_s", parse_duration, None,
+    Option("--health-interval", "health_interval_s", HEALTH_INTERVAL, None,
            "Time between two health checks (re-discovery); overrides [plugin] health_interval "
-           "(default 500ms). A change reaches the kubelet at the next check."),
-    Option("--xid-unhealthy-for", "xid_unhealthy_for_s", parse_duration, None,
+           "(default 500ms). A change reaches the kubelet at the next check. At most 1m: a "
+           "device gone bad must reach the kubelet within a minute."),
+    Option("--xid-unhealthy-for", "xid_unhealthy_for_s", XID_UNHEALTHY_FOR, None,
            "How long a GPU stays Unhealthy after a critical XID; overrides [plugin] "
-           "xid_unhealthy_for (default 5m)."),
+           "xid_unhealthy_for (default 5m). At most 24h: a GPU still failing after a day "
+           "reports new XIDs."),
+    web_config_option(),
     Option("--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."),
     Option("--log-format", "log_format", parse_log_format, "auto",
            "auto (JSON unless stderr is a terminal), json or console."),
@@ -98,13 +113,14 @@ class PluginSettings:
 
     config_path: str
     device_plugin_dir: str = DEFAULT_DEVICE_PLUGIN_DIR
-    listen_address: tuple[str, int] = ("0.0.0.0", 9843)  # noqa: S104 - the documented default
+    listen_address: tuple[str, int] = ("127.0.0.1", 9843)
     path_sysfs: str = "/sys"
     path_dev: str = "/dev"
     health_interval_s: float | None = None
     xid_unhealthy_for_s: float | None = None
     log_level: str = "info"
     log_format: str = "auto"
+    web_config_file: str | None = None
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -119,13 +135,8 @@ def add_plugin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         help=f"the resource file (TOML, [[resource]] tables); required (or env {CONFIG_ENV})",
     )
     for opt in PLUGIN_OPTIONS:
-        shown = "" if opt.default is None else f" [default {opt.default}]"
         parser.add_argument(
-            opt.flag,
-            dest=opt.flag,
-            default=None,
-            metavar="VALUE",
-            help=f"{opt.help}{shown} [env {opt.env}]",
+            opt.flag, dest=opt.flag, default=None, metavar="VALUE", help=opt.help + opt.shown()
         )
     return parser
 
@@ -164,8 +175,31 @@ def load_plugin_config(settings: PluginSettings) -> PluginConfig:
 # ---------------------------------------------------------------------- composition
 
 
+@dataclass(slots=True)
+class PluginHealth:
+    """The plugin's ``/healthz``: the health loop runs and checks (``Monitor.alive``),
+    every resource's thread runs (``PluginManager.alive``) and so does the web server's
+    loop. ``http`` is set once the server exists (it serves this check)."""
+
+    monitor: Monitor
+    manager: PluginManager
+    http: WebServer | None = None
+
+    def __call__(self) -> tuple[bool, str]:
+        if not self.monitor.alive():
+            return False, "health checks stalled"
+        if not self.manager.alive():
+            return False, "a resource's plugin thread stopped"
+        if self.http is not None and not self.http.alive():
+            return False, "web server stopped"
+        return True, "ok"
+
+
 class DevicePlugin:
-    """The running plugin: health loop, one socket per resource, HTTP server."""
+    """The running plugin: health loop, one socket per resource, HTTP server.
+
+    ``reloads``: what SIGHUP runs (:meth:`reload_config`, the web config's reload).
+    """
 
     def __init__(
         self,
@@ -176,6 +210,7 @@ class DevicePlugin:
         manager: PluginManager,
         metrics: PluginMetrics,
         http: WebServer,
+        web_config: WebConfigWatcher | None = None,
         owned_backend: GpuBackend | None,
     ) -> None:
         self.settings = settings
@@ -185,6 +220,10 @@ class DevicePlugin:
         self.metrics = metrics
         self.http = http
         self._owned_backend = owned_backend
+        self.web_config = web_config
+        self.reloads: list[process.Reload] = [self.reload_config]
+        if web_config is not None:
+            self.reloads.append(web_config.reload)
 
     @property
     def url(self) -> str:
@@ -198,6 +237,8 @@ class DevicePlugin:
             log.error("health_check_failed", error=repr(err))
         self.monitor.start()
         self.manager.start()
+        if self.web_config is not None:
+            self.web_config.start()
         self.http.start("podres-plugin-http")
         log.info(
             "plugin_started",
@@ -208,11 +249,39 @@ class DevicePlugin:
             health_interval_s=self.config.health_interval_s,
         )
 
+    def reload_config(self) -> None:
+        """Read the resource file again (SIGHUP). A change is logged, not applied: a
+        restart applies it (the sockets, registrations and streams stay as they are); a
+        file that no longer validates is logged and the running configuration kept."""
+        path = self.settings.config_path
+        try:
+            fresh = load_plugin_config(self.settings)
+        except ConfigError as err:
+            log.error("plugin_config_invalid", path=path, error=str(err), applies="nothing")
+            return
+        if fresh == self.config:
+            log.info("plugin_config_unchanged", path=path)
+            return
+        before = {r.name: r for r in self.config.resources}
+        after = {r.name: r for r in fresh.resources}
+        log.warning(
+            "plugin_config_changed",
+            path=path,
+            added=sorted(after.keys() - before.keys()),
+            removed=sorted(before.keys() - after.keys()),
+            changed=sorted(n for n in before.keys() & after.keys() if before[n] != after[n]),
+            plugin_settings_changed=(fresh.health_interval_s, fresh.xid_unhealthy_for_s)
+            != (self.config.health_interval_s, self.config.xid_unhealthy_for_s),
+            applies="at the next restart of the plugin",
+        )
+
     def stop(self, reason: str = "requested") -> None:
         """Remove the sockets, stop serving and checking; within a few seconds."""
         self.manager.stop()
         self.monitor.stop()
         self.http.stop()
+        if self.web_config is not None:
+            self.web_config.stop()
         if self._owned_backend is not None:
             self._owned_backend.close()
         log.info("plugin_stopped", reason=reason)
@@ -254,21 +323,21 @@ def build_plugin(
         health_check=monitor.check,
         timing=timing or Timing(),
     )
+    health = PluginHealth(monitor, manager)
     site = plugin_site(
         metrics,
         __version__,
-        healthy=monitor.alive,
-        facts=(
-            ("resources", ", ".join(r.name for r in config.resources)),
-            ("device-plugins directory", settings.device_plugin_dir),
-        ),
+        health=health,
+        facts=(("resources", ", ".join(r.name for r in config.resources)),),
     )
     try:
-        http = process.listen(settings.listen_address, site)
+        web_config = process.web_config(settings.web_config_file)
+        http = process.listen(settings.listen_address, site, web_config=web_config)
     except ConfigError:
         if owned is not None:
             owned.close()
         raise
+    health.http = http
     return DevicePlugin(
         settings,
         config,
@@ -276,6 +345,7 @@ def build_plugin(
         manager=manager,
         metrics=metrics,
         http=http,
+        web_config=web_config,
         owned_backend=owned,
     )
 
@@ -299,7 +369,8 @@ def run_plugin(
     except PodresError as err:
         sys.stderr.write(f"podres plugin: error: {err}\n")
         return 1
-    with process.stop_on_signals(stop) as stopping:  # before start: a SIGTERM still cleans up
+    # Before start: a SIGTERM still cleans up, and a SIGHUP never ends the process.
+    with process.stop_on_signals(stop, reload=plugin.reloads) as stopping:
         plugin.start()
         reason = stopping.wait()
     plugin.stop(reason)

@@ -23,11 +23,11 @@ with the kubelet) and an index page ``/``; any other path is 404.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from podres_exporter.web import Index, Site, registry_metrics
+from podres_exporter.web import Check, Index, Site, registry_metrics
 
 __all__ = ["PluginMetrics", "plugin_site"]
 
@@ -133,15 +133,11 @@ def plugin_site(
     metrics: PluginMetrics,
     version: str,
     *,
-    healthy: Callable[[], bool],
+    health: Check,
     facts: tuple[tuple[str, str], ...] = (),
 ) -> Site:
-    """The plugin's web site: its registry on ``/metrics``, ``healthy`` (the health
-    loop runs) on ``/healthz``, every resource registered on ``/readyz``."""
-
-    def health() -> tuple[bool, str]:
-        ok = healthy()
-        return ok, "ok" if ok else "health checks stalled"
+    """The plugin's web site: its registry on ``/metrics``, ``health`` on ``/healthz``,
+    every resource registered on ``/readyz``."""
 
     def readiness() -> tuple[bool, str]:
         if metrics.all_registered():

@@ -257,7 +257,11 @@ class Monitor:
         self._metrics.set_devices(resource.name, healthy=healthy, unhealthy=unhealthy)
 
     def alive(self, *, within_s: float | None = None) -> bool:
-        """Whether a check finished recently (10 intervals, at least 5 s)."""
+        """Whether the loop runs (once started) and a check finished recently (10
+        intervals, at least 5 s). PreStartContainer's checks count as progress, so the
+        loop's thread is asked too: a dead loop fails even while they go on."""
+        if self._thread is not None and not self._thread.is_alive():
+            return False
         last = self._last_check
         if last is None:
             return False

@@ -66,10 +66,15 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     pool = "gpu-node-a1"
     device = "gpu-0"
     cdi_devices = ["k8s.gpu.example.com/gpu=gpu-0"]
+
+A file that is not UTF-8 or not TOML, a value of the wrong type, an unknown key, or a
+size past what any node has (more than 8192 CPUs or 1024 NUMA nodes, 100,000 replicas,
+churn rarer than hourly) is a ScenarioError naming the file and the key.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -97,6 +102,15 @@ from podres_exporter.sim.scenario import (
 )
 from podres_exporter.sim.synthetic import synthetic_scenario
 
+# The largest node a scenario may describe: the kernel's largest NR_CPUS and MAX_NUMNODES.
+MAX_CPUS = 8192
+MAX_NUMA_NODES = 1024
+# A node runs a few hundred pods; the load tests use 20,000 (synthetic scenarios).
+MAX_REPLICAS = 100_000
+# Churn rarer than hourly is no churn to watch; a plugin resource's grace, a day at most.
+MAX_CHURN_INTERVAL_S = 3600.0
+MAX_RESOURCE_GRACE_S = 86400.0
+
 __all__ = [
     "builtin_names",
     "load_builtin",
@@ -114,6 +128,10 @@ def read_scenario(path: str | Path) -> Scenario:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(str(p), "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            str(p), "", f"not UTF-8 text (byte {exc.start}): save it as UTF-8, as TOML requires"
+        ) from exc
     return parse_scenario(text, source=str(p), default_name=p.stem)
 
 
@@ -132,7 +150,12 @@ def scenario_from_dict(
     data: Mapping[str, Any], *, source: str = "<dict>", default_name: str = "scenario"
 ) -> Scenario:
     """Build a scenario from parsed TOML data (see the module docstring for the schema)."""
-    return _Parser(source).scenario(data, default_name)
+    try:
+        return _Parser(source).scenario(data, default_name)
+    except ScenarioError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:  # a check below missed a bad value
+        raise ScenarioError(source, "", f"invalid scenario: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- built-ins
@@ -205,9 +228,13 @@ def _cpu_ids(value: object) -> tuple[int, ...]:
         for item in value:
             if not isinstance(item, int) or isinstance(item, bool) or item < 0:
                 raise ValueError(f"expected CPU ids (non-negative ints), got {item!r}")
+            if item >= MAX_CPUS:
+                raise ValueError(f"CPU ids are below {MAX_CPUS}, got {item}")
             cpus.add(item)
         return tuple(sorted(cpus))
     if isinstance(value, str):
+        if any(int(n) >= MAX_CPUS for n in re.findall(r"\d+", value)):
+            raise ValueError(f"CPU ids are below {MAX_CPUS}, got {value!r}")
         return tuple(sorted(parse_cpulist(value)))
     raise ValueError(f"expected a CPU list string or an array of ints, got {value!r}")
 
@@ -295,8 +322,13 @@ class _Parser:
     def guarded(self, key: str, fn: Any, value: object) -> Any:
         try:
             return fn(value)
-        except ValueError as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             raise self.fail(key, str(exc)) from exc
+
+    def bounded(self, value: int, key: str, low: int, high: int) -> int:
+        if not low <= value <= high:
+            raise self.fail(key, f"expected {low} to {high}, got {value}")
+        return value
 
     # ---- sections
 
@@ -307,8 +339,15 @@ class _Parser:
         kubelet = self.kubelet(data.get("kubelet", {}))
         churn = self.table(data.get("churn", {}), "churn", {"interval_s"})
         interval = churn.get("interval_s", 0.0)
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
-            raise self.fail("churn.interval_s", f"expected seconds >= 0, got {interval!r}")
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not 0 <= interval <= MAX_CHURN_INTERVAL_S
+        ):
+            raise self.fail(
+                "churn.interval_s",
+                f"expected seconds from 0 to {MAX_CHURN_INTERVAL_S:g}, got {interval!r}",
+            )
         node = self.node(data["node"])
         pods_data = data.get("pods", [])
         if not isinstance(pods_data, list):
@@ -335,6 +374,13 @@ class _Parser:
         if not isinstance(resources, list):
             raise self.fail("device_plugins.resources", "expected an array of resource names")
         data["resources"] = tuple(resources)
+        grace = data.get("resource_grace_s", 0.0)
+        number = isinstance(grace, int | float) and not isinstance(grace, bool)
+        if number and not grace <= MAX_RESOURCE_GRACE_S:  # NaN too
+            raise self.fail(
+                "device_plugins.resource_grace_s",
+                f"expected at most {MAX_RESOURCE_GRACE_S:g} seconds, got {grace!r}",
+            )
         try:
             return DevicePluginsSpec(**data)
         except ValueError as exc:
@@ -368,11 +414,13 @@ class _Parser:
             n = self.integer(data, "numa_nodes", "node", 1)
             if n < 1:
                 raise self.fail("node.numa_nodes", "must be at least 1")
+            self.bounded(n, "node.numa_nodes", 1, MAX_NUMA_NODES)
             if "cpus_per_numa_node" not in data:
                 raise self.fail("node.cpus_per_numa_node", "required key is missing")
             k = self.integer(data, "cpus_per_numa_node", "node", 0)
             if k < 1:
                 raise self.fail("node.cpus_per_numa_node", "must be at least 1")
+            self.bounded(k, "node.cpus_per_numa_node", 1, MAX_CPUS // n)
             numa_cpus = tuple(tuple(range(i * k, (i + 1) * k)) for i in range(n))
         numa_nodes = len(numa_cpus)
         memory: dict[str, tuple[int, ...]] = {}
@@ -445,6 +493,8 @@ class _Parser:
     def pod(self, value: object, where: str) -> PodSpec:
         data = self.table(value, where, _POD_KEYS)
         replicas = self.integer(data, "replicas", where, 1)
+        if replicas > MAX_REPLICAS:
+            raise self.fail(f"{where}.replicas", f"expected at most {MAX_REPLICAS}, got {replicas}")
         churn = self.boolean(data, "churn", where, False)
         default_naming = "deployment" if replicas > 1 or churn else "exact"
         naming = self.choice(data, "naming", where, default_naming, Naming)

@@ -24,7 +24,7 @@ from typing import Any
 
 from podres_exporter import logconf
 from podres_exporter.errors import ConfigError, FetchError
-from podres_exporter.options import parse_duration
+from podres_exporter.options import duration
 from podres_exporter.settings import build as build_settings
 from podres_exporter.top.fetch import (
     ExporterSource,
@@ -39,6 +39,8 @@ from podres_exporter.top.selection import ALL_SORT_KEYS, SORT_KEYS, VIEWS, Optio
 
 OUTPUTS = ("table", "wide", "json")
 DEFAULT_INTERVAL = "2s"
+# --interval at most an hour: a refresh rarer than that shows nothing live.
+INTERVAL = duration(max_s=3600.0)
 # --once: the least time between the two readings behind the busy shares.
 BUSY_SAMPLE_S = 1.0
 # Width of a frame printed off a terminal (no COLUMNS): room for every column.
@@ -137,7 +139,8 @@ def add_top_parser(subparsers: Any) -> None:
     show.add_argument(
         "--interval",
         metavar="DURATION",
-        help=f"time between refreshes [env {_ENV['interval']}; default {DEFAULT_INTERVAL}]",
+        help=f"time between refreshes [env {_ENV['interval']}; default {DEFAULT_INTERVAL}; "
+        f"{INTERVAL.limit}]",
     )
 
 
@@ -174,7 +177,7 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     interval_text = ns.interval or env.get(_ENV["interval"]) or DEFAULT_INTERVAL
     origin = "flag --interval" if ns.interval else f"environment variable {_ENV['interval']}"
     try:
-        interval = parse_duration(interval_text)
+        interval = INTERVAL(interval_text)
     except ValueError as err:
         raise ConfigError(f"invalid value for --interval (from {origin}): {err}") from err
     options = Options(
