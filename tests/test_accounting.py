@@ -178,6 +178,19 @@ def test_device_held_by_two_containers_is_counted_once_and_flagged() -> None:
     assert len(acc.container_devices) == 2
 
 
+def test_a_pod_listed_twice_holds_its_cpus_and_devices_once() -> None:
+    """The same pod listed twice is one holder: its CPU is exclusive, its device one row,
+    and neither is an anomaly (two rows of one holder would be one series twice)."""
+    d = DeviceRef(GPU, "g0", (0,))
+    twice = pod("a", ContainerAlloc("c", cpu_ids=frozenset({3}), devices=(d,)))
+    acc = account(reading((twice, twice), Allocatable(cpu_ids=frozenset(range(16)))), topo())
+    assert [(h.holder.pod, h.value) for h in acc.container_cpus] == [("a", 1)]
+    assert [(r.holder.pod, r.device_id) for r in acc.container_devices] == [("a", "g0")]
+    assert acc.anomalies["cpu_listed_by_several_containers"] == 0
+    assert acc.anomalies["device_held_by_several_containers"] == 0
+    assert acc.node_cpus[("0", "exclusive")] == 1
+
+
 def test_without_allocatable_only_allocated_devices_are_reported() -> None:
     """No GetAllocatableResources: unknown states are absent, not zero."""
     r = reading((pod("a", ContainerAlloc("c", devices=(DeviceRef(GPU, "g0", None),))),), None)

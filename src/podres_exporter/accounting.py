@@ -16,7 +16,9 @@ CPU pools (every online CPU is in exactly one of exclusive / shared_free / reser
 
 A CPU listed by several containers cannot be exclusive (kubelets 1.20 to 1.22
 listed the whole shared cpuset for shared containers): it counts as shared and
-is reported as the ``cpu_listed_by_several_containers`` anomaly.
+is reported as the ``cpu_listed_by_several_containers`` anomaly. A holder (namespace,
+pod, container) counts once however often it is listed: a pod listed twice holds its
+CPUs and devices once, and no series is rendered twice.
 
 Devices per resource and NUMA placement: allocatable (healthy, as reported),
 allocated (held by some container, each id once), unallocated (allocatable and
@@ -180,12 +182,14 @@ def account_cpus(
     basis = "allocatable" if reported else "online"
     allocatable = reported or online
 
-    listed_by: dict[int, list[Holder]] = defaultdict(list)
+    # The holders listing each CPU, each once: a pod the kubelet lists twice is still
+    # one holder (its series could not tell the two apart anyway).
+    listed_by: dict[int, dict[Holder, None]] = defaultdict(dict)
     for pod in reading.pods:
         for holder, c in _holdings(pod):
             for cpu in c.cpu_ids:
-                listed_by[cpu].append(holder)
-    owner = {cpu: hs[0] for cpu, hs in listed_by.items() if len(hs) == 1}
+                listed_by[cpu][holder] = None
+    owner = {cpu: next(iter(hs)) for cpu, hs in listed_by.items() if len(hs) == 1}
     anomalies["cpu_listed_by_several_containers"] += sum(
         1 for hs in listed_by.values() if len(hs) > 1
     )
@@ -234,11 +238,12 @@ def account_devices(
     if reading.allocatable is not None:
         for d in reading.allocatable.devices:
             allocatable[(d.resource, d.device_id)] = d.numa
-    holders: dict[tuple[str, str], list[tuple[Holder, DeviceRef]]] = defaultdict(list)
+    # The holders of each device, each once (the first placement it was listed with).
+    holders: dict[tuple[str, str], dict[Holder, DeviceRef]] = defaultdict(dict)
     for pod in reading.pods:
         for holder, c in _holdings(pod):
             for d in c.devices:
-                holders[(d.resource, d.device_id)].append((holder, d))
+                holders[(d.resource, d.device_id)].setdefault(holder, d)
 
     anomalies["device_held_by_several_containers"] += sum(
         1 for hs in holders.values() if len(hs) > 1
@@ -249,7 +254,7 @@ def account_devices(
     def placement(key: tuple[str, str]) -> str:
         if key in allocatable and allocatable[key] is not None:
             return numa_label(allocatable[key])
-        return numa_label(holders[key][0][1].numa) if key in holders else "none"
+        return numa_label(next(iter(holders[key].values())).numa) if key in holders else "none"
 
     counts: dict[tuple[str, str, str], int] = {}
 
@@ -276,7 +281,7 @@ def account_devices(
     rows = [
         HeldDevice(holder, res, dev, placement((res, dev)))
         for (res, dev), hs in holders.items()
-        for holder, _ in hs
+        for holder in hs
     ]
     rows.sort(key=lambda r: (r.holder, r.resource, r.device_id))
     per_id = [

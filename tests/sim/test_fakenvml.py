@@ -212,3 +212,22 @@ def test_mig_slots_are_limited() -> None:
     assert gpu.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE
     with pytest.raises(ValueError, match="no free MIG slot"):
         gpu.add_mig(MIGS[7], 8)
+
+
+def test_hang_blocks_every_call_until_release() -> None:
+    """hang(): NVML calls block (blocked counts them) until release()."""
+    import threading
+
+    fake = FakeNvml.from_devices(RESOURCES, seed=1)
+    fake.nvmlInit()
+    fake.hang()
+    assert fake.hanging
+    counts: list[int] = []
+    t = threading.Thread(target=lambda: counts.append(fake.nvmlDeviceGetCount()))
+    t.start()
+    while not fake.blocked:
+        t.join(0.01)
+    assert t.is_alive() and not counts
+    fake.release()
+    t.join(5)
+    assert counts == [len(fake.gpus)] and fake.blocked == 0 and not fake.hanging

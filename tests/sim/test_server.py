@@ -380,6 +380,71 @@ def test_request_count_per_method(sim: SimKubelet, client: Client) -> None:
     assert sim.total_requests == 0
 
 
+# ------------------------------------------------------------------------------ faults
+
+
+def test_hung_calls_end_at_the_client_deadline_and_on_release(
+    sim: SimKubelet, client: Client
+) -> None:
+    """hang_calls: a call is counted, never answered, and ends at its deadline; cleared,
+    calls are answered again."""
+    sim.hang_calls()
+    before = sim.total_requests
+    err = rpc_error(lambda: client.v1.List(api_pb2.ListPodResourcesRequest(), timeout=0.2))
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert sim.total_requests == before + 1
+    sim.hang_calls(False)
+    assert by_name(client.list())
+
+
+def test_a_hung_call_ends_when_the_server_stops(sim: SimKubelet) -> None:
+    """Stopping the server while a call hangs cancels it, and stop returns."""
+    c = Client(sim)
+    sim.hang_calls()
+    errors: list[grpc.RpcError] = []
+
+    def call() -> None:
+        errors.append(rpc_error(c.list))
+
+    t = threading.Thread(target=call)
+    t.start()
+    while not sim.total_requests:
+        time.sleep(0.01)
+    sim.stop()
+    t.join(5)
+    assert [e.code() for e in errors] == [grpc.StatusCode.UNAVAILABLE]
+    c.channel.close()
+
+
+def test_fail_calls_answers_the_code_on_every_method(sim: SimKubelet, client: Client) -> None:
+    """fail_calls: every method answers the code and details until cleared."""
+    sim.fail_calls(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+    for call in (client.list, client.allocatable, client.list_alpha):
+        err = rpc_error(call)
+        assert (err.code(), err.details()) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "rejected by rate limit",
+        )
+    sim.clear_faults()
+    assert by_name(client.list())
+
+
+def test_garbage_is_no_protobuf_message(sim: SimKubelet, client: Client) -> None:
+    """answer_garbage: the answer cannot be decoded (INTERNAL at the client), and the
+    bytes are no message a parser accepts."""
+    from google.protobuf.message import DecodeError
+
+    from podres_exporter.sim.server import GARBAGE
+
+    sim.answer_garbage()
+    assert rpc_error(client.list).code() == grpc.StatusCode.INTERNAL
+    assert rpc_error(client.allocatable).code() == grpc.StatusCode.INTERNAL
+    with pytest.raises(DecodeError):
+        api_pb2.ListPodResourcesResponse.FromString(GARBAGE)
+    sim.answer_garbage(False)
+    assert by_name(client.list())
+
+
 # ------------------------------------------------------------------------------ lifecycle
 
 

@@ -52,6 +52,16 @@ def test_topology_without_numa_puts_every_cpu_on_node_0(tmp_path: Path) -> None:
     assert read_topology(tmp_path).numa_nodes == (0,)
 
 
+def test_unlistable_node_directory_is_a_source_error(tmp_path: Path) -> None:
+    """A node directory that is there but cannot be listed (here a symlink loop) is a
+    SourceError naming it, not a node without NUMA."""
+    (tmp_path / "devices/system/cpu").mkdir(parents=True)
+    (tmp_path / "devices/system/cpu/online").write_text("0-1\n")
+    (tmp_path / "devices/system/node").symlink_to("node")
+    with pytest.raises(SourceError, match="devices/system/node"):
+        read_topology(tmp_path)
+
+
 def test_topology_missing_is_a_source_error(tmp_path: Path) -> None:
     """A sysfs root without cpu/online raises SourceError naming the path."""
     with pytest.raises(SourceError, match="cpu/online"):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import pynvml
 import pytest
+from structlog.testing import capture_logs
 
 from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend, open_nvml_backend, pci_bus_id_from_nvml
@@ -670,6 +672,28 @@ def test_close_frees_the_event_set_and_shuts_down() -> None:
     assert fake.calls["nvmlInit"] == 1
     backend.close()
     assert fake.calls["nvmlShutdown"] == 1
+
+
+def test_close_gives_up_on_a_read_stuck_in_nvml() -> None:
+    """A read stuck in a wedged driver: close() returns after close_wait_s, logs so, and
+    the read, once NVML answers, finds the backend closed; nothing is shut down twice."""
+    fake = two_gpus()
+    backend = NvmlBackend(fake, close_wait_s=0.05)
+    fake.hang()
+    results: list[GpuInventory] = []
+    reader = threading.Thread(target=lambda: results.append(backend.read()))
+    reader.start()
+    while not fake.blocked:  # the read is in: it waits at its first NVML call
+        reader.join(0.01)
+    with capture_logs() as logs:
+        backend.close()
+    assert reader.is_alive(), "the read is still stuck"
+    assert [e["event"] for e in logs] == ["nvml_close_abandoned"]
+    fake.release()
+    reader.join(5)
+    assert len(results) == 1
+    assert not backend.read().available  # closed
+    assert fake.calls["nvmlShutdown"] == 0
 
 
 def test_close_without_driver_does_nothing() -> None:

@@ -20,6 +20,7 @@ State is plain, mutable dataclasses in NVML's units (percent, mW, mJ, MHz, KB/s)
     fake.emit_xid("GPU-0f0e...", 79)
     fake.break_gpu("GPU-0f0e...")  # every query on it: NVML_ERROR_GPU_IS_LOST
     fake.set_unsupported("nvmlDeviceGetPcieThroughput")  # on every GPU
+    fake.hang()  # every call blocks, as in a wedged driver, until fake.release()
     fake.connect_nvlink("GPU-0f0e...", "GPU-77aa...", links=4)  # 4 active NVLinks
     fake.set_topology("GPU-0f0e...", "GPU-77aa...", pynvml.NVML_TOPOLOGY_HOSTBRIDGE)
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -325,6 +327,10 @@ class FakeNvml:
         self._clock = clock
         self._step_s = step_s
         self._synced_at = clock() if clock is not None else 0.0
+        self._released = threading.Event()  # clear while calls hang (hang)
+        self._released.set()
+        self._blocked = 0  # calls waiting in hang
+        self._blocked_lock = threading.Lock()
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml") and name in object.__getattribute__(self, "_hidden"):
@@ -507,6 +513,37 @@ class FakeNvml:
         a.nvlinks.extend([b.pci_bus_id] * links)
         b.nvlinks.extend([a.pci_bus_id] * links)
 
+    def hang(self) -> None:
+        """Every NVML call from now on blocks, as in a wedged driver, until :meth:`release`
+        (calls already inside the fake finish)."""
+        self._released.clear()
+
+    def release(self) -> None:
+        """Undo :meth:`hang`: the blocked calls go on."""
+        self._released.set()
+
+    @property
+    def hanging(self) -> bool:
+        """Whether calls block (:meth:`hang`)."""
+        return not self._released.is_set()
+
+    @property
+    def blocked(self) -> int:
+        """How many calls are blocked by :meth:`hang` now."""
+        with self._blocked_lock:
+            return self._blocked
+
+    def _wait_released(self) -> None:
+        if self._released.is_set():
+            return
+        with self._blocked_lock:
+            self._blocked += 1
+        try:
+            self._released.wait()
+        finally:
+            with self._blocked_lock:
+                self._blocked -= 1
+
     def load_driver(self) -> None:
         """The driver is there now: the next ``nvmlInit`` succeeds."""
         self.init_error = None
@@ -649,6 +686,7 @@ class FakeNvml:
     # ------------------------------------------------------------- call plumbing
 
     def _enter(self, function: str) -> None:
+        self._wait_released()
         self.calls[function] += 1
         if self.init_count == 0:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
@@ -699,12 +737,14 @@ class FakeNvml:
     # compares them); camelCase parameter names are pynvml's.
 
     def nvmlInit(self) -> None:
+        self._wait_released()
         self.calls["nvmlInit"] += 1
         if self.init_error is not None:
             raise _err(self.init_error)
         self.init_count += 1
 
     def nvmlShutdown(self) -> None:
+        self._wait_released()
         self.calls["nvmlShutdown"] += 1
         if self.init_count == 0:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)

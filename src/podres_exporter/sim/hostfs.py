@@ -38,6 +38,7 @@ from podres_exporter.sim.devtree import (
 )
 from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sim.node import PodState
+from podres_exporter.sim.scenario import Scenario
 from podres_exporter.sim.server import SimKubelet
 from podres_exporter.sim.sysfs import write_sysfs
 from podres_exporter.sources.gpu import NvmlBackend
@@ -64,6 +65,26 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)  # readers never see a half-written file
 
 
+def scenario_nvml(scenario: Scenario, *, clock: Callable[[], float] | None = None) -> FakeNvml:
+    """The fake NVML of ``scenario``'s ``nvidia.com/*`` devices: the same GPUs (UUIDs,
+    MIG devices, processes) every time for the same scenario, so that a process of its
+    own (an exporter under test) can build the NVML of a node simulated elsewhere."""
+    gpu_resources: dict[str, list[tuple[str, tuple[int, ...] | None]]] = defaultdict(list)
+    for d in scenario.node.devices:
+        if d.resource.startswith("nvidia.com/"):
+            gpu_resources[d.resource].append((d.id, d.numa))
+    nvml = FakeNvml.from_devices(gpu_resources, seed=scenario.seed, clock=clock)
+    # One whole GPU sits idle with its memory still allocated: reserved hardware that
+    # nobody uses, what podres_held_device_idle_seconds is for.
+    whole = [d.id for d in scenario.node.devices if d.resource == "nvidia.com/gpu"]
+    if whole:
+        idle = nvml.gpu(whole[-1])
+        idle.load = 0.0
+        idle.utilization_gpu = idle.utilization_memory = 0
+        idle.samples.clear()
+    return nvml
+
+
 class SimHost:
     """Host files and a fake NVML for the node of ``sim``, under ``root``."""
 
@@ -85,19 +106,7 @@ class SimHost:
         self._rng = random.Random(scenario.seed if seed is None else seed)
         write_sysfs(scenario.node, self.sysfs)
         write_device_tree(self.sysfs, [*devices_for_scenario(scenario), *self._plugin_hardware()])
-        gpu_resources: dict[str, list[tuple[str, tuple[int, ...] | None]]] = defaultdict(list)
-        for d in scenario.node.devices:
-            if d.resource.startswith("nvidia.com/"):
-                gpu_resources[d.resource].append((d.id, d.numa))
-        self.nvml = FakeNvml.from_devices(gpu_resources, seed=scenario.seed, clock=clock)
-        # One whole GPU sits idle with its memory still allocated: reserved hardware that
-        # nobody uses, what podres_held_device_idle_seconds is for.
-        whole = [d.id for d in scenario.node.devices if d.resource == "nvidia.com/gpu"]
-        if whole:
-            idle = self.nvml.gpu(whole[-1])
-            idle.load = 0.0
-            idle.utilization_gpu = idle.utilization_memory = 0
-            idle.samples.clear()
+        self.nvml = scenario_nvml(scenario, clock=clock)
         self._busy = dict.fromkeys(scenario.node.online_cpus, 0.0)
         self._total = dict.fromkeys(scenario.node.online_cpus, 0.0)
         self._lock = threading.Lock()

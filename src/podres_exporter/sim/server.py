@@ -12,6 +12,10 @@ messages), answering from a ``node.Node`` and behaving like a real kubelet:
   answers ``RESOURCE_EXHAUSTED`` "rejected by rate limit";
 * responses have no size limit (a real kubelet sets none), so they can exceed a
   client's default 4 MiB receive limit;
+* faults for tests of a client, on every call until cleared: ``hang_calls`` (the
+  call is accepted and never answered; it ends when the client gives up),
+  ``fail_calls`` (a status code, e.g. ``RESOURCE_EXHAUSTED`` in a rate-limit storm),
+  ``answer_garbage`` (bytes that are no protobuf message);
 * ``stop`` leaves a stale socket file behind (clients get ``UNAVAILABLE``);
   ``restart`` deletes and re-creates the socket (a new inode) and, for a warm-up
   window, answers List with no pods and allocatable ``cpu_ids`` empty, like a kubelet
@@ -69,6 +73,7 @@ from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 
 __all__ = [
     "ALL_METHODS",
+    "GARBAGE",
     "GET_ALLOCATABLE_DISABLED",
     "GET_DISABLED",
     "RATE_LIMITED",
@@ -101,6 +106,10 @@ GET_DISABLED = "PodResources API Get method disabled"
 RATE_LIMITED = "rejected by rate limit"
 RATE_LIMIT_QPS = 100.0
 RATE_LIMIT_BURST = 10
+# What ``answer_garbage`` sends: a varint cut short, which no protobuf parser accepts.
+GARBAGE = b"\xff\xff\xff\xff\xff"
+# How often a hung call looks whether its client gave up or the fault was cleared.
+_HANG_POLL_S = 0.05
 
 
 class TokenBucket:
@@ -335,6 +344,10 @@ class SimKubelet:
         self._churn_lock = threading.Lock()  # the churn RNG; never held by a gRPC handler
         self._counts = dict.fromkeys(ALL_METHODS, 0)
         self._rate_limited = 0
+        self._released = threading.Event()  # clear while calls hang (hang_calls)
+        self._released.set()
+        self._fail: tuple[grpc.StatusCode, str] | None = None
+        self._garbage = False
         self._ready_at = 0.0
         self._server: grpc.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -490,6 +503,31 @@ class SimKubelet:
                 self._bucket = TokenBucket()
             self._behaviour = new
             return new
+
+    def hang_calls(self, on: bool = True) -> None:
+        """While on, every call is accepted and never answered: it waits until its client
+        gives up (a deadline), the server stops, or ``hang_calls(False)``."""
+        if on:
+            self._released.clear()
+        else:
+            self._released.set()
+
+    def fail_calls(self, code: grpc.StatusCode | None, details: str = "") -> None:
+        """Every call answers ``code`` with ``details`` (``RESOURCE_EXHAUSTED`` and
+        RATE_LIMITED: a rate-limit storm); None answers again."""
+        with self._lock:
+            self._fail = None if code is None else (code, details)
+
+    def answer_garbage(self, on: bool = True) -> None:
+        """While on, every call answers GARBAGE: bytes no protobuf parser accepts."""
+        with self._lock:
+            self._garbage = on
+
+    def clear_faults(self) -> None:
+        """Undo ``hang_calls``, ``fail_calls`` and ``answer_garbage``."""
+        self.hang_calls(False)
+        self.fail_calls(None)
+        self.answer_garbage(False)
 
     def set_device_health(self, resource: str, device_id: str, healthy: bool) -> None:
         """Mark a device healthy or unhealthy (KeyError if the node has no such device)."""
@@ -718,6 +756,10 @@ class SimKubelet:
         handler = self._handlers.get(method)
         if handler is None:
             return None
+        with self._lock:
+            garbage = self._garbage
+        if garbage:
+            return self._garbage_handler(method)
         behaviour = self.behaviour
         if method == V1ALPHA1_LIST_METHOD:
             return handler
@@ -733,16 +775,30 @@ class SimKubelet:
             )
         return handler
 
+    def _garbage_handler(self, method: str) -> Any:
+        """A handler that answers GARBAGE, unserialised, whatever was asked."""
+
+        def answer(_request: bytes, context: grpc.ServicerContext) -> bytes:
+            self._enter(method, context)
+            return GARBAGE
+
+        return grpc.unary_unary_rpc_method_handler(answer)
+
     def _enter(self, method: str, context: grpc.ServicerContext) -> tuple[KubeletBehaviour, bool]:
-        """Count the call, apply the rate limit; return the behaviour and whether the
-        kubelet is still warming up."""
+        """Count the call, apply the faults and the rate limit; return the behaviour and
+        whether the kubelet is still warming up."""
         with self._lock:
             self._counts[method] += 1
             behaviour = self._behaviour
+            fail = self._fail
             allowed = not behaviour.rate_limit or self._bucket.allow()
             if not allowed:
                 self._rate_limited += 1
             warming = time.monotonic() < self._ready_at
+        while not self._released.wait(_HANG_POLL_S) and context.is_active():
+            pass
+        if fail is not None:
+            context.abort(*fail)
         if not allowed:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED)
         return behaviour, warming

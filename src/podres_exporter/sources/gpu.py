@@ -81,6 +81,7 @@ from podres_exporter.ids import normalize_pci
 from podres_exporter.telemetry import CLOCK_EVENT_REASONS, GpuInventory, GpuProcess, GpuReading
 
 __all__ = [
+    "DEFAULT_CLOSE_WAIT_S",
     "DEFAULT_INIT_RETRY_S",
     "NVML_STRUCTS",
     "GpuBackend",
@@ -93,6 +94,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DEFAULT_INIT_RETRY_S: Final = 60.0
+# How long close waits for a read in progress before it gives up on NVML's shutdown.
+DEFAULT_CLOSE_WAIT_S: Final = 1.0
 # At most this many events are taken off the event set per read, so a flood of
 # events cannot stall a read.
 _MAX_EVENTS_PER_READ: Final = 4096
@@ -358,7 +361,8 @@ class NvmlBackend:
 
     ``nvml`` is the pynvml module (or a fake of it). ``init_retry_s`` is the least
     time between two ``nvmlInit`` attempts while NVML is unavailable; ``clock`` a
-    monotonic clock in seconds. Init is first tried here; nothing here raises.
+    monotonic clock in seconds; ``close_wait_s`` how long :meth:`close` waits for a
+    read in progress. Init is first tried here; nothing here raises.
     Safe to call from several threads (reads are serialised).
     """
 
@@ -368,8 +372,10 @@ class NvmlBackend:
         *,
         init_retry_s: float = DEFAULT_INIT_RETRY_S,
         clock: Callable[[], float] = time.monotonic,
+        close_wait_s: float = DEFAULT_CLOSE_WAIT_S,
     ) -> None:
         self._nvml = nvml
+        self._close_wait_s = close_wait_s
         self._error: type[Exception] = nvml.NVMLError
         # pynvml raises this (not an NVMLError) from unversioned functions whose
         # newest version the driver lacks; treated like FUNCTION_NOT_FOUND.
@@ -416,10 +422,23 @@ class NvmlBackend:
                 )
 
     def close(self) -> None:
-        """Free the event set and shut NVML down; later reads return no data."""
-        with self._lock:
-            self._closed = True
+        """Free the event set and shut NVML down; later reads return no data.
+
+        A read stuck in NVML (a wedged driver) holds the backend: after ``close_wait_s``
+        close gives up on shutting NVML down, logs so and returns, so that the process
+        can still stop on time."""
+        self._closed = True
+        if not self._lock.acquire(timeout=self._close_wait_s):
+            log.warning(
+                "nvml_close_abandoned",
+                reason="an NVML call is still running",
+                waited_s=self._close_wait_s,
+            )
+            return
+        try:
             self._teardown()
+        finally:
+            self._lock.release()
 
     def topology(self) -> GpuTopology:
         """How close each pair of whole GPUs is (see the module docstring); never raises.

@@ -1,0 +1,493 @@
+"""Properties of the whole read path, on generated pod-resources answers.
+
+Hypothesis generates List and GetAllocatableResources answers (the generated protobuf
+messages: any sizes within reason, duplicate pods, containers and devices, odd names,
+CPUs outside the online set, devices in no allocatable list, NUMA ids anywhere, memory
+blocks of any size). One real gRPC server on a unix socket serves them, its answer
+swapped per example; the real KubeletClient reads them and the real NodeReader accounts
+and renders them with every collector that needs no telemetry. Whatever the answer:
+nothing crashes, the exposition parses (and promtool accepts it), no series is served
+twice, no count is negative, and every CPU listed by one container is exclusive to it
+while the others are counted as anomalies. For consistent answers (every held CPU and
+device allocatable and held once, memory within what is allocatable), allocated + free
+is what is allocatable, per NUMA node.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from podres_exporter import collectors
+from podres_exporter._generated.podresources.v1 import api_pb2 as v1
+from podres_exporter.exposition import render_families
+from podres_exporter.model import NodeTopology
+from podres_exporter.reader import NodeReader
+from podres_exporter.sources.kubelet import KubeletClient
+
+LIST = "/v1.PodResourcesLister/List"
+ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
+INT64 = st.integers(-(2**63), 2**63 - 1)
+# The collectors that render the kubelet's answer alone (no hardware telemetry).
+KUBELET_COLLECTORS = tuple(c for c in collectors.ALL if not c.needs)
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+@dataclass
+class Answer:
+    """What the server answers now: serialised messages; allocatable None: UNIMPLEMENTED."""
+
+    pods: bytes = b""
+    allocatable: bytes | None = b""
+
+
+class Kubelet(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """A pod-resources server answering whatever ``answer`` holds, as it is."""
+
+    def __init__(self) -> None:
+        self.answer = Answer()
+        self._lock = threading.Lock()
+
+    def set(self, answer: Answer) -> None:
+        with self._lock:
+            self.answer = answer
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        method = handler_call_details.method
+
+        def reply(_request: bytes, context: grpc.ServicerContext) -> bytes:
+            with self._lock:
+                answer = self.answer
+            if method == LIST:
+                return answer.pods
+            if answer.allocatable is None:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method")
+            return answer.allocatable
+
+        if method in (LIST, ALLOCATABLE):
+            return grpc.unary_unary_rpc_method_handler(reply)
+        return None
+
+
+@dataclass
+class Served:
+    kubelet: Kubelet
+    socket: str
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    """One server for every example of the module, on a short socket path."""
+    directory = tempfile.mkdtemp(prefix="pp-", dir="/tmp")
+    socket = f"{directory}/kubelet.sock"
+    kubelet = Kubelet()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4),
+        handlers=[kubelet],
+        options=[("grpc.max_send_message_length", -1)],
+    )
+    server.add_insecure_port(f"unix:{socket}")
+    server.start()
+    yield Served(kubelet, socket)
+    server.stop(None).wait()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------- generated data
+
+
+@dataclass(frozen=True)
+class Mem:
+    memory_type: str
+    size: int
+    numa: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class Devices:
+    resource: str
+    ids: tuple[str, ...]
+    numa: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    cpus: tuple[int, ...] = ()
+    devices: tuple[Devices, ...] = ()
+    memory: tuple[Mem, ...] = ()
+    claims: tuple[tuple[str, str, str], ...] = ()  # (claim namespace, claim name, driver)
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    containers: tuple[Container, ...]
+    cpus: tuple[int, ...] = ()
+    memory: tuple[Mem, ...] = ()
+
+
+@dataclass(frozen=True)
+class Node:
+    """A generated node: its topology and the kubelet's answers."""
+
+    online: dict[int, int]  # online CPU -> NUMA node
+    pods: tuple[Pod, ...]
+    allocatable_cpus: tuple[int, ...] | None  # None: GetAllocatableResources unimplemented
+    allocatable_devices: tuple[Devices, ...] = ()
+    allocatable_memory: tuple[Mem, ...] = ()
+
+    def topology(self) -> NodeTopology:
+        return NodeTopology(frozenset(self.online), MappingProxyType(dict(self.online)))
+
+
+ODD = ["", "a", "default", 'we"ird', "back\\slash", "new\nline", "ünï✓", "tab\there", "{}=,"]
+NAMES = st.one_of(
+    st.sampled_from(ODD),
+    st.text(st.characters(codec="utf-8"), max_size=8),  # protobuf strings are UTF-8
+)
+RESOURCES = st.one_of(
+    st.sampled_from(["example.com/widget", "nvidia.com/gpu", "intel.com/sriov", ""]), NAMES
+)
+DEVICE_IDS = st.one_of(
+    st.sampled_from(["d0", "d1", "d2", "GPU-1::0", "0000:af:02.0", "MIG-1", ""]), NAMES
+)
+NUMA_IDS = st.one_of(st.integers(0, 3), INT64)
+PLACEMENT = st.none() | st.lists(NUMA_IDS, max_size=3).map(tuple)
+CPU_IDS = st.one_of(st.integers(0, 40), INT64)
+MEMORY_TYPES = st.one_of(st.sampled_from(["memory", "hugepages-1Gi", "hugepages-2Mi"]), NAMES)
+MEMORY = st.builds(Mem, MEMORY_TYPES, st.integers(0, 2**64 - 1), PLACEMENT)
+DEVICES = st.builds(Devices, RESOURCES, st.lists(DEVICE_IDS, max_size=3).map(tuple), PLACEMENT)
+CONTAINERS = st.builds(
+    Container,
+    NAMES,
+    st.lists(CPU_IDS, max_size=6).map(tuple),
+    st.lists(DEVICES, max_size=3).map(tuple),
+    st.lists(MEMORY, max_size=2).map(tuple),
+    st.lists(st.tuples(NAMES, NAMES, NAMES), max_size=1).map(tuple),
+)
+PODS = st.builds(
+    Pod,
+    NAMES,
+    NAMES,
+    st.lists(CONTAINERS, max_size=4).map(tuple),
+    st.lists(CPU_IDS, max_size=2).map(tuple),
+    st.lists(MEMORY, max_size=1).map(tuple),
+)
+ONLINE = st.dictionaries(st.integers(0, 40), st.integers(0, 3), max_size=24)
+
+
+@st.composite
+def any_node(draw: st.DrawFn) -> Node:
+    """Anything the wire can carry, duplicates included."""
+    pods = draw(st.lists(PODS, max_size=6))
+    twice = draw(st.booleans())
+    if pods and twice:
+        pods.append(draw(st.sampled_from(pods)))  # the same pod twice
+    unimplemented = draw(st.integers(0, 9)) == 0
+    return Node(
+        online=draw(ONLINE),
+        pods=tuple(pods),
+        allocatable_cpus=None if unimplemented else tuple(draw(st.lists(CPU_IDS, max_size=30))),
+        allocatable_devices=tuple(draw(st.lists(DEVICES, max_size=5))),
+        allocatable_memory=tuple(draw(st.lists(MEMORY, max_size=4))),
+    )
+
+
+GOOD_NAMES = NAMES.filter(bool)
+
+
+@st.composite
+def consistent_node(draw: st.DrawFn) -> Node:
+    """Every held CPU and device allocatable and held once; each memory type within what
+    its NUMA node has; devices and memory on one node each, as the allocatable list says."""
+    online = draw(st.dictionaries(st.integers(0, 63), st.integers(0, 3), min_size=1, max_size=32))
+    allocatable = sorted(draw(st.sets(st.sampled_from(sorted(online)))))
+    free_cpus = list(draw(st.permutations(allocatable)))
+    pool = draw(
+        st.lists(
+            st.tuples(RESOURCES.filter(bool), DEVICE_IDS.filter(bool), st.integers(0, 3)),
+            max_size=8,
+            unique_by=lambda d: (d[0], d[1]),
+        )
+    )
+    free_devices = list(draw(st.permutations(pool)))
+    budget = {
+        (node, mtype): draw(st.integers(0, 2**40))
+        for node in set(online.values())
+        for mtype in draw(st.sets(st.sampled_from(["memory", "hugepages-1Gi"]), min_size=1))
+    }
+    left = dict(budget)
+
+    def take_cpus() -> tuple[int, ...]:
+        n = draw(st.integers(0, min(3, len(free_cpus))))
+        return tuple(free_cpus.pop() for _ in range(n))
+
+    def take_devices() -> tuple[Devices, ...]:
+        n = draw(st.integers(0, min(2, len(free_devices))))
+        taken = [free_devices.pop() for _ in range(n)]
+        return tuple(Devices(r, (d,), (numa,)) for r, d, numa in taken)
+
+    def take_memory() -> tuple[Mem, ...]:
+        out = []
+        for key in draw(st.lists(st.sampled_from(sorted(left)), max_size=2)):
+            size = draw(st.integers(0, left[key]))
+            left[key] -= size
+            out.append(Mem(key[1], size, (key[0],)))
+        return tuple(out)
+
+    pods = []
+    for p in range(draw(st.integers(0, 5))):
+        containers = tuple(
+            Container(f"c{i}-{draw(GOOD_NAMES)}", take_cpus(), take_devices(), take_memory())
+            for i in range(draw(st.integers(1, 3)))
+        )
+        pods.append(Pod(draw(GOOD_NAMES), f"p{p}-{draw(GOOD_NAMES)}", containers))
+    return Node(
+        online=online,
+        pods=tuple(pods),
+        allocatable_cpus=tuple(allocatable),
+        allocatable_devices=tuple(Devices(r, (d,), (numa,)) for r, d, numa in pool),
+        allocatable_memory=tuple(Mem(t, size, (node,)) for (node, t), size in budget.items()),
+    )
+
+
+# ------------------------------------------------------------------------------ the wire
+
+
+def _topology(numa: tuple[int, ...] | None) -> dict[str, Any]:
+    if numa is None:
+        return {}
+    return {"topology": v1.TopologyInfo(nodes=[v1.NUMANode(ID=n) for n in numa])}
+
+
+def _memory(blocks: tuple[Mem, ...]) -> list[v1.ContainerMemory]:
+    return [
+        v1.ContainerMemory(memory_type=m.memory_type, size=m.size, **_topology(m.numa))
+        for m in blocks
+    ]
+
+
+def _devices(entries: tuple[Devices, ...]) -> list[v1.ContainerDevices]:
+    return [
+        v1.ContainerDevices(resource_name=d.resource, device_ids=d.ids, **_topology(d.numa))
+        for d in entries
+    ]
+
+
+def answer_of(node: Node) -> Answer:
+    pods = v1.ListPodResourcesResponse(
+        pod_resources=[
+            v1.PodResources(
+                namespace=p.namespace,
+                name=p.name,
+                cpu_ids=p.cpus,
+                memory=_memory(p.memory),
+                containers=[
+                    v1.ContainerResources(
+                        name=c.name,
+                        cpu_ids=c.cpus,
+                        devices=_devices(c.devices),
+                        memory=_memory(c.memory),
+                        dynamic_resources=[
+                            v1.DynamicResource(
+                                claim_namespace=ns,
+                                claim_name=name,
+                                claim_resources=[v1.ClaimResource(driver_name=driver)],
+                            )
+                            for ns, name, driver in c.claims
+                        ],
+                    )
+                    for c in p.containers
+                ],
+            )
+            for p in node.pods
+        ]
+    )
+    if node.allocatable_cpus is None:
+        return Answer(pods.SerializeToString(), None)
+    allocatable = v1.AllocatableResourcesResponse(
+        cpu_ids=node.allocatable_cpus,
+        devices=_devices(node.allocatable_devices),
+        memory=_memory(node.allocatable_memory),
+    )
+    return Answer(pods.SerializeToString(), allocatable.SerializeToString())
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+Labels = frozenset[tuple[str, str]]
+Samples = dict[tuple[str, Labels], float]
+
+
+def exposition(served: Served, node: Node, *, openmetrics: bool = False) -> str:
+    """The answer of ``node`` served, read by the real client, accounted and rendered."""
+    served.kubelet.set(answer_of(node))
+    client = KubeletClient(served.socket, timeout_s=10)
+    topology = node.topology()
+    reader = NodeReader(client, lambda: topology, enabled=KUBELET_COLLECTORS)
+    try:
+        seen = reader.observe()
+        assert seen.kubelet_error is None, seen.kubelet_error
+        view = reader.view(seen, generation=1)
+        return render_families(reader.families(view, "0.0.0"), openmetrics).decode()
+    finally:
+        reader.close()
+
+
+def samples(text: str) -> Samples:
+    """{(name, labels): value}; no series twice (a scrape with one fails in Prometheus)."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = (s.name, frozenset(s.labels.items()))
+            assert key not in out, f"served twice: {key}"
+            out[key] = s.value
+    return out
+
+
+def by(out: Samples, name: str, *keys: str) -> defaultdict[tuple[str, ...], float]:
+    """The values of ``name`` summed by the labels ``keys`` (0 for none)."""
+    sums: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    for (n, labels), value in out.items():
+        if n == name:
+            d = dict(labels)
+            sums[tuple(d[k] for k in keys)] += value
+    return sums
+
+
+def holders_of_cpus(node: Node) -> dict[int, set[tuple[str, str, str]]]:
+    """Each listed CPU and the holders listing it, each once (a pod's own CPUs: container
+    "")."""
+    listed: dict[int, set[tuple[str, str, str]]] = defaultdict(set)
+    for p in node.pods:
+        for c in p.containers:
+            for cpu in c.cpus:
+                listed[cpu].add((p.namespace, p.name, c.name))
+        for cpu in p.cpus:
+            listed[cpu].add((p.namespace, p.name, ""))
+    return listed
+
+
+# ------------------------------------------------------------------------------ properties
+
+
+def check_any(out: Samples, node: Node) -> None:
+    """What holds for every answer."""
+    failed = by(out, "podres_collector_success", "collector")
+    assert all(v == 1 for v in failed.values()), f"a collector failed: {dict(failed)}"
+    for (name, labels), value in out.items():
+        if name.startswith(("podres_node_", "podres_container_", "podres_data_anomalies")):
+            assert value >= 0, (name, dict(labels), value)
+    anomalies = {k[0]: v for k, v in by(out, "podres_data_anomalies", "kind").items()}
+    listed = holders_of_cpus(node)
+    several = {cpu for cpu, hs in listed.items() if len(hs) > 1}
+    assert anomalies["cpu_listed_by_several_containers"] == len(several)
+    assignments: dict[int, dict[str, str]] = {}
+    for (name, labels), _ in out.items():
+        if name == "podres_cpu_assignment_info":
+            d = dict(labels)
+            cpu = int(d["cpu"])
+            assert cpu not in assignments, f"CPU {cpu} assigned twice"
+            assignments[cpu] = d
+    for cpu, hs in listed.items():
+        if len(hs) == 1:
+            row = assignments[cpu]
+            assert row["pool"] == "exclusive"
+            assert {(row["namespace"], row["pod"], row["container"])} == hs
+        elif cpu in assignments:  # a CPU of the node, or allocatable: shared
+            row = assignments[cpu]
+            assert row["pool"] != "exclusive" and not row["pod"] and not row["container"]
+    exclusive = [cpu for cpu, row in assignments.items() if row["pool"] == "exclusive"]
+    assert sorted(exclusive) == sorted(cpu for cpu, hs in listed.items() if len(hs) == 1)
+
+
+def check_consistent(out: Samples, node: Node) -> None:
+    """What holds when every held thing is allocatable and held once."""
+    anomalies = by(out, "podres_data_anomalies", "kind")
+    assert not any(anomalies.values()), dict(anomalies)
+    cpus = by(out, "podres_node_cpus", "numa_node", "pool")
+    online = Counter(str(n) for n in node.online.values())
+    for numa in {k[0] for k in cpus} | set(online):
+        exclusive, free = cpus[(numa, "exclusive")], cpus[(numa, "shared_free")]
+        if node.allocatable_cpus:
+            assert exclusive + free == cpus[(numa, "allocatable")], numa
+        assert exclusive + free + cpus[(numa, "reserved")] == online[numa], numa
+    devices = by(out, "podres_node_devices", "resource", "numa_node", "state")
+    for resource, numa in {(r, n) for r, n, _ in devices}:
+        held, free = (
+            devices[(resource, numa, "allocated")],
+            devices[(resource, numa, "unallocated")],
+        )
+        assert held + free == devices[(resource, numa, "allocatable")], (resource, numa)
+        assert devices[(resource, numa, "allocated_unhealthy")] == 0
+    memory = by(out, "podres_node_memory_bytes", "numa_node", "memory_type", "state")
+    for numa, mtype in {(n, t) for n, t, _ in memory}:
+        held, free = memory[(numa, mtype, "allocated")], memory[(numa, mtype, "free")]
+        assert held + free == memory[(numa, mtype, "allocatable")], (numa, mtype)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(node=any_node())
+def test_any_answer_is_read_accounted_and_rendered(served: Served, node: Node) -> None:
+    """Any answer: read without error, a valid exposition with no series twice, no
+    negative count, and each listed CPU exclusive to its one holder or an anomaly."""
+    text = exposition(served, node)
+    check_any(samples(text), node)
+    list(parse_openmetrics(exposition(served, node, openmetrics=True)))
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(node=consistent_node())
+def test_consistent_answer_adds_up(served: Served, node: Node) -> None:
+    """A consistent answer: per NUMA node, allocated + free = allocatable for CPUs,
+    devices and memory, exclusive + free + reserved = online CPUs, and no anomaly."""
+    out = samples(exposition(served, node))
+    check_any(out, node)
+    check_consistent(out, node)
+
+
+@pytest.mark.prometheus
+def test_promtool_accepts_generated_expositions(served: Served) -> None:
+    """`promtool check metrics` finds no error in the expositions of generated answers."""
+    promtool = shutil.which("promtool")
+    assert promtool, "install the Debian package prometheus (promtool)"
+    texts: list[str] = []
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(node=st.one_of(any_node(), consistent_node()))
+    def collect(node: Node) -> None:
+        texts.append(exposition(served, node))
+
+    collect()
+    for text in texts:
+        proc = subprocess.run(
+            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
+        )
+        # Lint findings (naming advice) are printed too; only an error fails the check.
+        assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode() + text
