@@ -1,9 +1,17 @@
-"""The exporter's exposition, rendered once per published view.
+"""The exporter's exposition, rendered when a view is published.
 
-A scrape never calls the kubelet. The exposition of a published view is
-rendered once per view and format and shared by every scrape until the next
-view (concurrent scrapes wait for one rendering). Only a few live lines, the
-snapshot's age and the process metrics, are rendered per scrape and appended.
+A scrape never calls the kubelet, and a scrape right after a poll does not render
+either: when the poller publishes a view (``Store.on_publish``: in the poll thread,
+before the view becomes current), the text format of its families is rendered and
+compressed once, while scrapes keep being served the previous view. OpenMetrics is
+rendered then too only while a scraper asked for it within
+:data:`OPENMETRICS_RECENT_S`; otherwise the first OpenMetrics scrape of a view renders
+it (concurrent scrapes wait for one rendering). Only a few live lines, the snapshot's
+age and the process metrics, are rendered per scrape and appended.
+
+The families are written by :func:`write`, not by ``prometheus_client``'s
+generators: the same bytes (the tests compare both on every golden and on
+generated families), without validating our known label names on every sample.
 """
 
 from __future__ import annotations
@@ -12,37 +20,212 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
+import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as om
 
 from podres_exporter.collectors.kubelet import snapshot_age
 from podres_exporter.poller import Store
 from podres_exporter.view import NodeView
 from podres_exporter.web import render_registry
 
+log = structlog.get_logger(__name__)
+
 _EOF = b"# EOF\n"
+# While a scraper asked for OpenMetrics this recently, a published view is rendered in
+# OpenMetrics too; after that, the first OpenMetrics scrape of a view renders it.
+OPENMETRICS_RECENT_S = 600.0
+
+# ----------------------------------------------------------------------------- the writer
+
+_SPECIAL_FLOATS = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}
+# The text format's names for OpenMetrics types (counter and info also rename).
+_TEXT_TYPES = {
+    "info": "gauge",
+    "stateset": "gauge",
+    "gaugehistogram": "histogram",
+    "unknown": "untyped",
+}
+# Samples the text format moves into a gauge family of their own, after the family.
+_TEXT_MOVED = ("_created", "_gsum", "_gcount")
+# Go writes a float with more integer digits than this in exponent form; Python's repr
+# only from 17.
+_GO_MAX_INT_DIGITS = 6
 
 
-class _Families:
-    """A prometheus_client collector over already-built families."""
+def go_float(value: float) -> str:
+    """``value`` as Go (and ``prometheus_client.utils.floatToGoString``) writes it."""
+    d = float(value)
+    s = repr(d)
+    if "n" in s:  # inf, -inf, nan: no other float repr holds an "n"
+        return _SPECIAL_FLOATS[s]
+    dot = s.find(".")
+    # Go switches to exponents sooner than Python (only positive values matter).
+    if d > 0 and dot > _GO_MAX_INT_DIGITS:
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
 
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self._families = list(families)
+
+def _escape_value(v: str) -> str:
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+class _Unusual(Exception):
+    """A sample this writer leaves to prometheus_client (timestamp, exemplar, no value)."""
+
+
+# How to write the samples of one name and label names: a ``str.format`` template taking
+# the label values in the sample's own order, then the value; how many quotes a line holds
+# (a line with more held a value to escape); and where its lines go.
+_Shape = tuple[str, int, list[str]]
+
+
+def _shape(
+    metric: Metric,
+    name: str,
+    keys: tuple[str, ...],
+    openmetrics: bool,
+    out: dict[str | None, list[str]],
+) -> _Shape:
+    """The names escaped as prometheus_client escapes them, once per name and labels; the
+    lines go to ``out[None]``, or in the text format to ``out[suffix]`` for the samples it
+    moves to a family of their own (``_created``...)."""
+    ordered = sorted(range(len(keys)), key=keys.__getitem__)
+    labels = ",".join(f'{om.escape_label_name(keys[i])}="{{{i}}}"' for i in ordered)
+    if openmetrics:
+        written = om._escape(name, om.UNDERSCORES, om._is_legacy_labelname_rune)
+        moved = None
+    else:
+        written = om.escape_metric_name(name)
+        moved = next((s for s in _TEXT_MOVED if name == metric.name + s), None)
+    head = written.replace("{", "{{").replace("}", "}}")
+    template = f"{head}{{{{{labels}}}}} {{{len(keys)}}}" if keys else f"{head} {{0}}"
+    return template, 2 * len(keys), out.setdefault(moved, [])
+
+
+def _sample_lines(
+    metric: Metric, openmetrics: bool, numbers: dict[float, str]
+) -> dict[str | None, list[str]]:
+    """The family's sample lines (key None), and the text format's moved ones by suffix.
+    ``numbers``: values already written (never zeros: -0.0 equals 0.0)."""
+    shapes: dict[tuple[str, tuple[str, ...]], _Shape] = {}
+    out: dict[str | None, list[str]] = {None: []}
+    for name, labels, value, timestamp, exemplar, native in metric.samples:
+        if timestamp is not None or exemplar is not None or native is not None or value is None:
+            raise _Unusual
+        key = (name, tuple(labels))
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = _shape(metric, name, key[1], openmetrics, out)
+        template, quotes, lines = shape
+        number = numbers.get(value)
+        if number is None:
+            number = go_float(value)
+            if value:
+                numbers[value] = number
+        line = template.format(*labels.values(), number)
+        if line.count('"') != quotes or "\\" in line or "\n" in line:
+            line = template.format(*map(_escape_value, labels.values()), number)
+        lines.append(line)
+    return out
+
+
+def _text_family(metric: Metric, numbers: dict[float, str]) -> list[str]:
+    name, typ = metric.name, metric.type
+    if typ == "counter":
+        name += "_total"
+    elif typ == "info":
+        name += "_info"
+    typ = _TEXT_TYPES.get(typ, typ)
+    written = om.escape_metric_name(name)
+    doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+    lines = _sample_lines(metric, False, numbers)
+    out = [f"# HELP {written} {doc}\n# TYPE {written} {typ}\n"]
+    main = lines.pop(None)
+    if main:
+        out.append("\n".join(main) + "\n")
+    for suffix in sorted(s for s in lines if s is not None):
+        moved = om.escape_metric_name(metric.name + suffix)
+        out.append(f"# HELP {moved} {doc}\n# TYPE {moved} gauge\n")
+        out.append("\n".join(lines[suffix]) + "\n")
+    return out
+
+
+def _openmetrics_family(metric: Metric, numbers: dict[float, str]) -> list[str]:
+    written = om.escape_metric_name(metric.name)
+    doc = _escape_value(metric.documentation)
+    out = [f"# HELP {written} {doc}\n# TYPE {written} {metric.type}\n"]
+    if metric.unit:
+        out.append(f"# UNIT {written} {metric.unit}\n")
+    main = _sample_lines(metric, True, numbers)[None]
+    if main:
+        out.append("\n".join(main) + "\n")
+    return out
+
+
+class _One:
+    """A prometheus_client collector of one family (for the writer's fallback)."""
+
+    def __init__(self, metric: Metric) -> None:
+        self._metric = metric
 
     def collect(self) -> Iterable[Metric]:
-        return self._families
+        return [self._metric]
+
+
+def _fallback(metric: Metric, openmetrics: bool) -> str:
+    """One family by prometheus_client itself (OpenMetrics without its ``# EOF``)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_One(metric))
+    body = render_registry(registry, openmetrics=openmetrics)
+    return (body[: -len(_EOF)] if openmetrics else body).decode()
+
+
+def write(families: Iterable[Metric], openmetrics: bool, *, eof: bool = True) -> bytes:
+    """Families in the text format (0.0.4) or OpenMetrics 1.0, the bytes prometheus_client
+    writes. Names are escaped once per name and label names, label values only when they
+    hold a backslash, newline or quote; a sample with a timestamp, an exemplar or no value
+    (none of ours) has its family written by prometheus_client. ``eof``: end OpenMetrics
+    with its ``# EOF``."""
+    out: list[str] = []
+    numbers: dict[float, str] = {}
+    for metric in families:
+        try:
+            out += (_openmetrics_family if openmetrics else _text_family)(metric, numbers)
+        except _Unusual:
+            out.append(_fallback(metric, openmetrics))
+    if openmetrics and eof:
+        out.append("# EOF\n")
+    return "".join(out).encode()
 
 
 def render_families(families: Iterable[Metric], openmetrics: bool) -> bytes:
     """Families in the text format, or OpenMetrics (with its ``# EOF``)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(families))
-    return render_registry(registry, openmetrics=openmetrics)
+    return write(families, openmetrics)
+
+
+# ----------------------------------------------------------------------- the exposition
+
+
+@dataclass(slots=True)
+class _Rendered:
+    """One view's cached part per format, and per format the gzip stream after it: its
+    output so far and the compressor to copy for each scrape's live part."""
+
+    plain: dict[bool, bytes] = field(default_factory=dict)
+    gzip: dict[bool, tuple[bytes, zlib._Compress]] = field(default_factory=dict)
+
+
+def _generation(view: NodeView | None) -> int:
+    return view.snapshot.generation if view else 0
 
 
 class Exposition:
-    """Renders and caches the exposition of the Store's current view.
+    """Renders and caches the exposition of the Store's views, when they are published.
 
     ``families`` turns a view into its metric families (the exporter passes its
     NodeReader's :meth:`~podres_exporter.reader.NodeReader.families`).
@@ -54,59 +237,103 @@ class Exposition:
         families: Callable[[NodeView], Iterable[Metric]],
         *,
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._families = families
         self._wall = wall_clock
+        self._clock = clock
         self._lock = threading.Lock()
-        self._cache_generation = -1
-        self._cache: dict[bool, bytes] = {}  # openmetrics -> the cached part
-        # openmetrics -> the gzip stream after the cached part: its output so far, and the
-        # compressor to copy for each scrape's live part (one member in all).
-        self._gzip: dict[bool, tuple[bytes, zlib._Compress]] = {}
+        # generation -> its rendering: the current view's and the one being published.
+        self._views: dict[int, _Rendered] = {}
+        self._openmetrics_at: float | None = None  # when a scraper last asked for it
+        self._prepare_failed = False
         self._live = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._live)
-        self.renders = 0  # how many times the cached part was rendered
+        self.renders = 0  # how many times a cached part was rendered
+        store.on_publish(self.prepare)
+
+    def _view_families(self, view: NodeView | None) -> list[Metric]:
+        return list(self._families(view)) if view else []
+
+    def _render(self, families: list[Metric], openmetrics: bool) -> bytes:
+        """The part rendered once per view and format (without OpenMetrics' ``# EOF``)."""
+        plain = render_families(families, openmetrics)
+        self.renders += 1
+        return plain[: -len(_EOF)] if openmetrics and plain.endswith(_EOF) else plain
+
+    @staticmethod
+    def _compress(plain: bytes) -> tuple[bytes, zlib._Compress]:
+        # wbits 31: a gzip member (header, deflate, CRC and size trailer).
+        compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+        return compressor.compress(plain), compressor
+
+    def prepare(self, view: NodeView) -> None:
+        """Render ``view`` before it becomes current (the Store calls this in the poll
+        thread): the text format and its gzip, and OpenMetrics while asked for recently.
+        A failure is logged once and left to the scrapes (which then render)."""
+        asked = self._openmetrics_at
+        formats = [False]
+        if asked is not None and self._clock() - asked < OPENMETRICS_RECENT_S:
+            formats.append(True)
+        rendered = _Rendered()
+        try:
+            families = self._view_families(view)  # once for both formats
+            for openmetrics in formats:
+                plain = self._render(families, openmetrics)
+                rendered.plain[openmetrics] = plain
+                rendered.gzip[openmetrics] = self._compress(plain)
+        except Exception as err:
+            if not self._prepare_failed:
+                log.exception("exposition_prepare_failed", error_kind=type(err).__name__)
+                self._prepare_failed = True
+            return
+        if self._prepare_failed:
+            log.info("exposition_prepare_recovered")
+            self._prepare_failed = False
+        current = _generation(self._store.current())
+        with self._lock:
+            self._views = {g: r for g, r in self._views.items() if g == current} | {
+                _generation(view): rendered
+            }
 
     def _cached(
         self, view: NodeView | None, openmetrics: bool, gz: bool
     ) -> tuple[bytes, zlib._Compress | None]:
-        """The part rendered once per view and format (without OpenMetrics' ``# EOF``);
-        with ``gz``, that part compressed once per view and a copy of the compressor, so
-        each scrape only compresses its live part into the same gzip member. One lock
-        hold: a new view between the two would otherwise mix generations."""
-        generation = view.snapshot.generation if view else 0
+        """The view's cached part, and with ``gz`` that part compressed and a copy of the
+        compressor, so each scrape only compresses its live part into the same gzip
+        member. Rendered here only when :meth:`prepare` did not (one lock hold: a new
+        view between the two would otherwise mix generations)."""
+        generation = _generation(view)
         with self._lock:
-            if generation != self._cache_generation:
-                self._cache = {}
-                self._gzip = {}
-                self._cache_generation = generation
-            plain = self._cache.get(openmetrics)
+            rendered = self._views.get(generation)
+            if rendered is None:
+                rendered = _Rendered()
+                # Older views are no longer served (generations only grow).
+                self._views = {g: r for g, r in self._views.items() if g > generation}
+                self._views[generation] = rendered
+            plain = rendered.plain.get(openmetrics)
             if plain is None:
-                families = self._families(view) if view else []
-                plain = render_families(families, openmetrics)
-                if openmetrics and plain.endswith(_EOF):
-                    plain = plain[: -len(_EOF)]
-                self._cache[openmetrics] = plain
-                self.renders += 1
+                plain = rendered.plain[openmetrics] = self._render(
+                    self._view_families(view), openmetrics
+                )
             if not gz:
                 return plain, None
-            stream = self._gzip.get(openmetrics)
+            stream = rendered.gzip.get(openmetrics)
             if stream is None:
-                # wbits 31: a gzip member (header, deflate, CRC and size trailer).
-                compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-                stream = (compressor.compress(plain), compressor)
-                self._gzip[openmetrics] = stream
+                stream = rendered.gzip[openmetrics] = self._compress(plain)
             head, compressor = stream
             return head, compressor.copy()
 
     def _live_part(self, view: NodeView | None, openmetrics: bool) -> bytes:
         families = [snapshot_age(view, self._wall()), *self._live.collect()]
-        return render_families(families, openmetrics)
+        return write(families, openmetrics)
 
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
         """The full exposition; when ``gz``, one gzip member (decoders that read only
         the first member, as curl does, see it all)."""
+        if openmetrics:
+            self._openmetrics_at = self._clock()
         view = self._store.current()
         head, compressor = self._cached(view, openmetrics, gz)
         live = self._live_part(view, openmetrics)

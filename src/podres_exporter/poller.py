@@ -67,13 +67,22 @@ class Store:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._view: NodeView | None = None
+        self._prepare: list[Callable[[NodeView], None]] = []
+
+    def on_publish(self, prepare: Callable[[NodeView], None]) -> None:
+        """Call ``prepare(view)`` on every publish, in the publishing thread, before the
+        view becomes current: readers keep the previous view meanwhile (the exposition
+        renders the new one there, so no scrape renders)."""
+        self._prepare.append(prepare)
 
     def current(self) -> NodeView | None:
         """The latest view, or None before the first poll finished."""
         return self._view
 
     def publish(self, view: NodeView) -> None:
-        """Replace the current view and wake waiters."""
+        """Prepare ``view`` (:meth:`on_publish`), then make it current and wake waiters."""
+        for prepare in self._prepare:
+            prepare(view)
         with self._cond:
             self._view = view
             self._cond.notify_all()

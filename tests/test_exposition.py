@@ -1,0 +1,287 @@
+"""The exposition writer and when the exposition is rendered.
+
+The writer must give the bytes prometheus_client's generators give: on every golden
+scenario's families and on generated families, in both formats. A view is rendered
+when it is published, so a scrape right after a poll renders nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections.abc import Callable, Iterable
+from functools import partial
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    UnknownMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+
+from podres_exporter import exposition
+from podres_exporter.collectors.kubelet import snapshot_age
+from podres_exporter.exposition import OPENMETRICS_RECENT_S, Exposition, go_float, write
+from podres_exporter.poller import Poller, Store
+from podres_exporter.reader import NodeReader
+from podres_exporter.sim import SimKubelet
+from podres_exporter.view import NodeView
+from podres_exporter.web import render_registry
+from tests.conftest import exporter_settings
+from tests.test_poller import TOPO, Script, reading
+
+
+class Families:
+    """A prometheus_client collector over already-built families."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def reference(families: list[Metric], openmetrics: bool) -> bytes:
+    """What prometheus_client itself writes."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families(families))
+    return render_registry(registry, openmetrics=openmetrics)
+
+
+def assert_same(families: list[Metric]) -> None:
+    for openmetrics in (False, True):
+        assert write(families, openmetrics) == reference(families, openmetrics)
+
+
+# ------------------------------------------------------------------- the goldens' families
+
+
+@pytest.mark.parametrize("scenario", ["minimal", "policy-none", "v1alpha1", "demo"])
+def test_the_writer_equals_prometheus_client_on_every_golden(
+    scenario: str, make_sim: Callable[..., SimKubelet]
+) -> None:
+    """Every family of each golden scenario (and the live ones), byte for byte."""
+    sim = make_sim(scenario)
+    backend = sim.host.gpu_backend()  # type: ignore[attr-defined]
+    reader = NodeReader.from_settings(
+        exporter_settings(sim, source_timeout_s=10.0), gpu_backend=backend
+    )
+    store = Store()
+    try:
+        Poller(reader, store).poll_once()
+        view = store.current()
+        assert view is not None
+        families = list(reader.families(view, version="0.0.0-golden"))
+    finally:
+        reader.close()
+        backend.close()
+    assert len(families) > 10
+    assert_same(families)
+    live = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=live)
+    assert_same([snapshot_age(view, 1e9), *live.collect()])
+
+
+# --------------------------------------------------------------------- generated families
+
+NAMES = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,12}", fullmatch=True)
+LABEL_NAMES = st.lists(
+    st.from_regex(r"[a-zA-Z][a-zA-Z0-9_]{0,8}", fullmatch=True), max_size=4, unique=True
+)
+LABEL_VALUES = st.text(max_size=12) | st.sampled_from(["", '"', "\\", "\n", 'a\\"b\nc', "é☃"])
+FLOATS = (
+    st.floats()
+    | st.sampled_from([0.0, -0.0, 1e21, 1e-300, 5e-324, 1234567.0, 999999.0, -1234567.0, 1e16])
+    | st.integers(-(2**70), 2**70).map(float)
+)
+HELP = st.text(max_size=30)
+
+
+@st.composite
+def families(draw: st.DrawFn) -> Metric:
+    name = draw(NAMES)
+    doc = draw(HELP)
+    labels = draw(LABEL_NAMES)
+    rows = draw(
+        st.lists(
+            st.tuples(st.lists(LABEL_VALUES, min_size=len(labels), max_size=len(labels)), FLOATS),
+            max_size=4,
+        )
+    )
+    kind = draw(
+        st.sampled_from(
+            ["gauge", "counter", "counter_created", "info", "untyped", "histogram", "unit"]
+        )
+    )
+    if kind == "info":
+        info = InfoMetricFamily(name, doc, labels=labels)
+        for values, _ in rows:
+            info.add_metric(values, {})
+        return info
+    if kind == "histogram":
+        hist = HistogramMetricFamily(name, doc, labels=labels)
+        for values, v in rows:
+            hist.add_metric(values, [("0.5", 0.0), ("+Inf", abs(v))], v)
+        return hist
+    if kind == "unit":
+        metric = Metric(name, doc, "gauge", unit="bytes")
+        for values, v in rows:
+            metric.add_sample(metric.name, dict(zip(labels, values, strict=True)), v)
+        return metric
+    if kind.startswith("counter"):
+        counter = CounterMetricFamily(name, doc, labels=labels)
+        created = 1700000000.5 if kind == "counter_created" else None
+        for values, v in rows:
+            counter.add_metric(values, v, created=created)
+        return counter
+    fam = (GaugeMetricFamily if kind == "gauge" else UnknownMetricFamily)(name, doc, labels=labels)
+    for values, v in rows:
+        fam.add_metric(values, v)
+    return fam
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(families(), max_size=4))
+def test_the_writer_equals_prometheus_client_on_generated_families(
+    generated: list[Metric],
+) -> None:
+    """Counters (with and without _created), gauges, info, untyped, histograms and units,
+    with any label values and floats: the same bytes in both formats."""
+    assert_same(generated)
+
+
+@given(FLOATS)
+def test_floats_are_written_as_go_writes_them(value: float) -> None:
+    assert go_float(value) == floatToGoString(value)
+
+
+def test_escaped_values_and_signed_zero_are_written_as_prometheus_client_writes_them() -> None:
+    """A fixed case the generated ones might miss: all escapes in one value, -0.0, NaN."""
+    fam = GaugeMetricFamily("g", 'help "quoted" \\ \n', labels=["b", "a"])
+    fam.add_metric(['x\\"y\nz', "plain"], -0.0)
+    fam.add_metric(["", "é"], math.nan)
+    assert_same([fam])
+    assert b'g{a="plain",b="x\\\\\\"y\\nz"} -0.0\n' in write([fam], False)
+
+
+def test_a_sample_with_a_timestamp_is_left_to_prometheus_client() -> None:
+    """Samples none of our collectors emit (a timestamp) still come out identical."""
+    fam = GaugeMetricFamily("g", "h", labels=["a"])
+    fam.add_metric(["x"], 1.0, timestamp=1700000000.25)
+    assert_same([fam, GaugeMetricFamily("h", "h", value=2.0)])
+
+
+# ----------------------------------------------------------------------- publish-time rendering
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Setup:
+    """A Store fed by a Poller over a scripted kubelet, an Exposition on it, and counts of
+    how often views were turned into families and rendered."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reader = NodeReader(Script([reading(n % 3 + 1) for n in range(20)]), lambda: TOPO)
+        self.store = Store()
+        self.poller = Poller(self.reader, self.store)
+        self.clock = Clock()
+        self.family_calls = 0
+        self.renders = 0
+        self.current_during_families: list[NodeView | None] = []
+        original = exposition.render_families
+
+        def counting(families: Iterable[Metric], openmetrics: bool) -> bytes:
+            self.renders += 1
+            return original(families, openmetrics)
+
+        monkeypatch.setattr(exposition, "render_families", counting)
+        self.exposition = Exposition(self.store, self.families, clock=self.clock)
+
+    def families(self, view: NodeView) -> Iterable[Metric]:
+        self.family_calls += 1
+        self.current_during_families.append(self.store.current())
+        return partial(self.reader.families, version="0")(view)
+
+    def counts(self) -> tuple[int, int]:
+        return self.family_calls, self.renders
+
+
+def test_a_scrape_after_a_publish_renders_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The poll renders the text format and its gzip; scrapes, gzipped or not, don't."""
+    s = Setup(monkeypatch)
+    s.poller.poll_once()
+    assert s.counts() == (1, 1)
+    plain = s.exposition.body(openmetrics=False, gz=False)
+    zipped = s.exposition.body(openmetrics=False, gz=True)
+    assert s.counts() == (1, 1)
+    assert b"podres_pods 1.0\n" in plain
+    assert b"podres_pods 1.0\n" in gzip.decompress(zipped)
+    s.poller.poll_once()
+    assert s.counts() == (2, 2)
+    assert b"podres_pods 2.0\n" in gzip.decompress(s.exposition.body(openmetrics=False, gz=True))
+    assert s.counts() == (2, 2)
+
+
+def test_the_view_is_rendered_before_it_becomes_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scrapes during the rendering are served the previous view (they neither wait nor
+    render)."""
+    s = Setup(monkeypatch)
+    s.poller.poll_once()
+    first = s.store.current()
+    s.poller.poll_once()
+    assert s.current_during_families == [None, first]
+
+
+def test_openmetrics_is_rendered_at_publish_only_while_asked_for_recently(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Never asked: the first OpenMetrics scrape renders; asked recently: the poll renders
+    it; not asked for OPENMETRICS_RECENT_S: the scrape renders again."""
+    s = Setup(monkeypatch)
+    s.poller.poll_once()
+    body = s.exposition.body(openmetrics=True, gz=False)
+    assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
+    assert s.counts() == (2, 2)  # text at the poll, OpenMetrics at the scrape
+    s.poller.poll_once()
+    assert s.counts() == (3, 4)  # both at the poll, from one list of families
+    s.exposition.body(openmetrics=True, gz=True)
+    s.exposition.body(openmetrics=False, gz=True)
+    assert s.counts() == (3, 4)
+    s.clock.now += OPENMETRICS_RECENT_S + 1
+    s.poller.poll_once()
+    assert s.counts() == (4, 5)  # the text format only
+    s.exposition.body(openmetrics=True, gz=False)
+    assert s.counts() == (5, 6)
+
+
+def test_a_failed_preparation_leaves_the_rendering_to_the_scrape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rendering that fails at publish does not stop the view from being published."""
+    s = Setup(monkeypatch)
+    broken = [True]
+    original = s.families
+
+    def families(view: NodeView) -> Iterable[Metric]:
+        if broken[0]:
+            raise RuntimeError("boom")
+        return original(view)
+
+    s.exposition._families = families
+    s.poller.poll_once()
+    assert s.store.current() is not None
+    broken[0] = False
+    assert b"podres_pods 1.0\n" in s.exposition.body(openmetrics=False, gz=False)
