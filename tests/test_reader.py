@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from structlog.testing import capture_logs
 
 from podres_exporter.errors import SourceError
-from podres_exporter.reader import SourceRunner
+from podres_exporter.reader import NodeReader, SourceRunner
+from podres_exporter.sim import SimKubelet
+from podres_exporter.sources.cputopology import read_topology
+from podres_exporter.sources.devices import read_devices
 from podres_exporter.telemetry import CpuTimes, SysfsDevices
+from tests.conftest import exporter_settings
 
 
 def test_slow_source_is_stale_and_not_relaunched() -> None:
@@ -130,3 +134,28 @@ def test_a_hung_source_never_holds_up_the_process_exit() -> None:
     gate.set()
     thread.join(5)
     assert not [t for t in threading.enumerate() if t.name == "podres-source-hung"]
+
+
+def test_a_reader_shares_what_did_not_change_between_polls(
+    make_sim: Callable[..., SimKubelet],
+) -> None:
+    """The exporter's reader keeps the unchanged pods, allocatable and topology of one
+    poll for the next, and its cached device readings follow the counters."""
+    sim = make_sim("demo")
+    host: Any = sim.host  # type: ignore[attr-defined]
+    reader = NodeReader.from_settings(exporter_settings(sim), gpu_backend=host.gpu_backend())
+    try:
+        first = reader.observe()
+        host.refresh(seconds=5)
+        second = reader.observe()
+    finally:
+        reader.close()
+    assert first.reading is not None and second.reading is not None
+    earlier = {(p.namespace, p.name): p for p in first.reading.pods}
+    assert all(earlier[p.namespace, p.name] is p for p in second.reading.pods)
+    assert second.reading.allocatable is first.reading.allocatable
+    assert second.topology is first.topology
+    assert second.topology == read_topology(host.sysfs)
+    assert second.telemetry is not None and first.telemetry is not None
+    assert second.telemetry.devices == read_devices(host.sysfs)
+    assert second.telemetry.devices != first.telemetry.devices  # the counters moved

@@ -34,8 +34,8 @@ from podres_exporter.errors import ConfigError, KubeletError, SourceError
 from podres_exporter.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.model import KubeletReading, NodeTopology, PodAlloc, RequestStats, Snapshot
 from podres_exporter.settings import Settings
-from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.sources.devices import read_devices
+from podres_exporter.sources.cputopology import TopologyCache, read_topology
+from podres_exporter.sources.devices import StaticCache, read_devices
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.procfs import read_container_index, read_cpu_times, read_pid_cgroups
@@ -222,7 +222,8 @@ def build_sources(
         sources["gpu"] = gpu_source(gpu_backend, settings)
     if "sysfs" in needed:
         sysfs = settings.path_sysfs
-        sources["sysfs"] = lambda: {"devices": read_devices(sysfs)}
+        static = StaticCache()  # the runner never runs a source twice at once
+        sources["sysfs"] = lambda: {"devices": read_devices(sysfs, cache=static)}
     if "cpu" in needed:
         procfs = settings.path_procfs
         sources["cpu"] = lambda: {"cpu_times": read_cpu_times(procfs)}
@@ -320,7 +321,7 @@ class NodeReader:
                 owned.append(own_backend.close)
         return cls(
             client,
-            partial(read_topology, settings.path_sysfs),
+            partial(read_topology, settings.path_sysfs, TopologyCache()),
             enabled=chosen,
             runner=runner,
             gpu_resources=settings.gpu_resources,

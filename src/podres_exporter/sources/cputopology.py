@@ -1,5 +1,10 @@
 """The node's CPU topology, read from sysfs under a configurable root (``--path.sysfs``):
 the online CPUs and the NUMA node of each.
+
+A poller passes a :class:`TopologyCache`: the per-node CPU lists change only when a CPU
+goes on or offline (which changes ``online``) or a node appears or goes, so while
+``online`` and the node directory's names are what they were, the last topology is
+served again and the nodes' files are not read.
 """
 
 from __future__ import annotations
@@ -35,8 +40,19 @@ def _node_entries(node_root: Path) -> list[str]:
         raise SourceError(f"cannot list {node_root}: {err.strerror or err}") from err
 
 
-def read_topology(sysfs: str | Path) -> NodeTopology:
+class TopologyCache:
+    """The last topology read, with the ``online`` text and node names it was read under."""
+
+    def __init__(self) -> None:
+        self.key: tuple[str, tuple[str, ...]] | None = None
+        self.topology: NodeTopology | None = None
+
+
+def read_topology(sysfs: str | Path, cache: TopologyCache | None = None) -> NodeTopology:
     """Online CPUs and their NUMA nodes under ``sysfs``.
+
+    ``cache``: the topology of the last read with this cache, served again while the
+    online CPUs and the node names are unchanged; None reads every file.
 
     Without ``devices/system/node`` (a kernel built without NUMA) every CPU is on
     node 0. Raises SourceError when a CPU list cannot be read or parsed, or the node
@@ -45,13 +61,18 @@ def read_topology(sysfs: str | Path) -> NodeTopology:
     """
     root = Path(sysfs)
     online_path = root / "devices/system/cpu/online"
+    online_text = _read(online_path)
+    node_root = root / "devices/system/node"
+    names = tuple(sorted(_node_entries(node_root)))
+    key = (online_text, names)
+    if cache is not None and cache.key == key and cache.topology is not None:
+        return cache.topology
     try:
-        online = parse_cpulist(_read(online_path))
+        online = parse_cpulist(online_text)
     except ValueError as err:
         raise SourceError(f"{online_path}: {err}") from err
-    node_root = root / "devices/system/node"
     mapping: dict[int, int] = {}
-    for name in sorted(_node_entries(node_root)):
+    for name in names:
         match = _NODE_DIR.match(name)
         if not match:
             continue
@@ -64,4 +85,7 @@ def read_topology(sysfs: str | Path) -> NodeTopology:
             mapping[cpu] = int(match.group(1))
     if not mapping:
         mapping = dict.fromkeys(online, 0)
-    return NodeTopology(online_cpus=online, cpu_to_numa=MappingProxyType(mapping))
+    topology = NodeTopology(online_cpus=online, cpu_to_numa=MappingProxyType(mapping))
+    if cache is not None:
+        cache.key, cache.topology = key, topology
+    return topology

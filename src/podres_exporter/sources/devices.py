@@ -17,6 +17,12 @@ a device going away, ``EACCES``), or whose content does not parse, leaves its fi
 None (its counter absent); a device that vanishes between the listing and the
 reading is left out. Only an unusable root raises SourceError.
 
+A poller passes a :class:`StaticCache` to read each PCI function's static attributes
+(class, vendor and device ids, NUMA node, SR-IOV parent, maximum link) once instead of
+on every poll: they are kept while the function's directory is the same one (its inode
+and mtime), so a function that is removed, replaced or hot-plugged is read anew, and one
+no longer listed leaves the cache.
+
 For a caller that selects by rules of its own (the device plugin),
 ``pci_function_addresses`` and ``net_interface_names`` list what there is, and
 ``iommu_group`` reads a PCI function's IOMMU group.
@@ -28,6 +34,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -43,6 +50,7 @@ from podres_exporter.telemetry import (
 
 __all__ = [
     "SELECTED_CLASS_PREFIXES",
+    "StaticCache",
     "iommu_group",
     "net_interface_names",
     "pci_function_addresses",
@@ -149,6 +157,96 @@ def _scaled(value: int | None, divisor: float) -> float | None:
     return None if value is None else value / divisor
 
 
+# ---------------------------------------------------------------------- static cache
+
+# A directory's identity: device, inode and mtime (a replaced device is a new directory).
+_DirId = tuple[int, int, int]
+
+
+def _dir_id(path: str) -> _DirId | None:
+    """The identity of the directory at ``path`` (links followed); None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class _PciStatic:
+    """What a PCI function's sysfs files say that does not change while it exists."""
+
+    vendor_id: str
+    device_id: str
+    numa_node: int | None
+    physfn: str | None
+    max_link_speed_gts: float | None
+    max_link_width: int | None
+
+
+class StaticCache:
+    """The static attributes of the PCI functions, kept from one read to the next.
+
+    Each entry is keyed by the function's sysfs path and valid while its directory has
+    the same identity (device, inode, mtime). An attribute that could not be read is
+    not kept (read again next time). Each read drops the entries of the functions it
+    did not see, so memory follows the node, not its hot-plug history. Pass one cache
+    to one kind of read (the same selection every time); not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._classes: dict[str, tuple[_DirId, str]] = {}
+        self._statics: dict[str, tuple[_DirId, _PciStatic]] = {}
+        self._seen_classes: set[str] = set()
+        self._seen_statics: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._classes) + len(self._statics)
+
+    def begin(self) -> None:
+        """Start a read: nothing seen yet."""
+        self._seen_classes = set()
+        self._seen_statics = set()
+
+    def end(self) -> None:
+        """End a read: forget what it did not see."""
+        for key in self._classes.keys() - self._seen_classes:
+            del self._classes[key]
+        for key in self._statics.keys() - self._seen_statics:
+            del self._statics[key]
+
+    def pci_class(self, path: str) -> str | None:
+        """The ``class`` file of the function at ``path``, read once per directory."""
+        ident = _dir_id(path)
+        if ident is None:
+            return None
+        self._seen_classes.add(path)
+        hit = self._classes.get(path)
+        if hit is not None and hit[0] == ident:
+            return hit[1]
+        value = _read(os.path.join(path, "class"))
+        if value is None:
+            self._classes.pop(path, None)
+        else:
+            self._classes[path] = (ident, value)
+        return value
+
+    def pci_static(self, path: str) -> _PciStatic:
+        """The static attributes of the function at ``path``, read once per directory."""
+        ident = _dir_id(path)
+        if ident is not None:
+            self._seen_statics.add(path)
+            hit = self._statics.get(path)
+            if hit is not None and hit[0] == ident:
+                return hit[1]
+        value = _read_pci_static(path)
+        if ident is not None and value.vendor_id and value.device_id:
+            self._statics[path] = (ident, value)
+        else:
+            self._statics.pop(path, None)
+        return value
+
+
 # ------------------------------------------------------------------------------- PCI
 
 
@@ -198,14 +296,28 @@ def _numa(path: str) -> int | None:
     return node if node is not None and node >= 0 else None
 
 
-def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | None:
+def _read_pci_static(path: str) -> _PciStatic:
+    physfn = _link_name(os.path.join(path, "physfn"))
+    return _PciStatic(
+        vendor_id=(_read(os.path.join(path, "vendor")) or "").lower(),
+        device_id=(_read(os.path.join(path, "device")) or "").lower(),
+        numa_node=_numa(os.path.join(path, "numa_node")),
+        physfn=normalize_pci(physfn) if physfn else None,
+        max_link_speed_gts=_link_speed(os.path.join(path, "max_link_speed")),
+        max_link_width=_link_width(os.path.join(path, "max_link_width")),
+    )
+
+
+def _read_pci(
+    root: str, address: str, class_id: str | None, cache: StaticCache | None
+) -> PciReading | None:
     path = os.path.join(root, "bus", "pci", "devices", address)
     if not os.path.isdir(path):
         return None
     if class_id is None:
-        class_id = _read(os.path.join(path, "class"))
+        class_id = _read(os.path.join(path, "class")) if cache is None else cache.pci_class(path)
+    static = _read_pci_static(path) if cache is None else cache.pci_static(path)
     driver = _link_name(os.path.join(path, "driver"))
-    physfn = _link_name(os.path.join(path, "physfn"))
     hwmons = _hwmon_dirs(path)
     nets = _listdir(os.path.join(path, "net"))
     if driver == "virtio-pci":  # virtio-net hangs its interface off a virtioN child
@@ -214,16 +326,16 @@ def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | Non
                 nets.extend(_listdir(os.path.join(path, child, "net")))
     reading = PciReading(
         address=address,
-        numa_node=_numa(os.path.join(path, "numa_node")),
-        vendor_id=(_read(os.path.join(path, "vendor")) or "").lower(),
-        device_id=(_read(os.path.join(path, "device")) or "").lower(),
+        numa_node=static.numa_node,
+        vendor_id=static.vendor_id,
+        device_id=static.device_id,
         class_id=(class_id or "").lower(),
         driver=driver,
-        physfn=normalize_pci(physfn) if physfn else None,
+        physfn=static.physfn,
         link_speed_gts=_link_speed(os.path.join(path, "current_link_speed")),
         link_width=_link_width(os.path.join(path, "current_link_width")),
-        max_link_speed_gts=_link_speed(os.path.join(path, "max_link_speed")),
-        max_link_width=_link_width(os.path.join(path, "max_link_width")),
+        max_link_speed_gts=static.max_link_speed_gts,
+        max_link_width=static.max_link_width,
         aer_correctable=_aer(os.path.join(path, "aer_dev_correctable")),
         aer_nonfatal=_aer(os.path.join(path, "aer_dev_nonfatal")),
         aer_fatal=_aer(os.path.join(path, "aer_dev_fatal")),
@@ -243,7 +355,9 @@ def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | Non
     return reading
 
 
-def _pci_functions(root: str, selection: frozenset[str] | None) -> tuple[PciReading, ...]:
+def _pci_functions(
+    root: str, selection: frozenset[str] | None, cache: StaticCache | None
+) -> tuple[PciReading, ...]:
     base = os.path.join(root, "bus", "pci", "devices")
     candidates: list[tuple[str, str | None]] = []
     if selection is None:
@@ -251,12 +365,15 @@ def _pci_functions(root: str, selection: frozenset[str] | None) -> tuple[PciRead
             address = normalize_pci(name)
             if address is None:
                 continue
-            class_id = _read(os.path.join(base, name, "class"))
+            path = os.path.join(base, name)
+            class_id = (
+                _read(os.path.join(path, "class")) if cache is None else cache.pci_class(path)
+            )
             if _class_selected(class_id):
                 candidates.append((address, class_id))
     else:
         candidates = [(a, None) for a in selection]
-    readings = (_read_pci(root, a, c) for a, c in sorted(candidates))
+    readings = (_read_pci(root, a, c, cache) for a, c in sorted(candidates))
     return tuple(r for r in readings if r is not None)
 
 
@@ -438,6 +555,7 @@ def read_devices(
     *,
     pci_addresses: Iterable[str] | None = None,
     interfaces: Iterable[str] | None = None,
+    cache: StaticCache | None = None,
 ) -> SysfsDevices:
     """Read the device telemetry under ``sysfs_root``.
 
@@ -451,6 +569,9 @@ def read_devices(
     not. None: every interface backed by a (selected) PCI function, so not ``lo``,
     veths, bridges or other virtual devices.
 
+    ``cache``: the static attributes kept from the last read with this cache (see
+    :class:`StaticCache`); None reads every file.
+
     Raises SourceError only when ``sysfs_root`` cannot be listed.
     """
     root = os.fspath(sysfs_root)
@@ -463,9 +584,14 @@ def read_devices(
     if pci_addresses is not None:
         normalized = (normalize_pci(a) for a in pci_addresses)
         selection = frozenset(a for a in normalized if a is not None)
-    return SysfsDevices(
-        pci=_pci_functions(root, selection),
+    if cache is not None:
+        cache.begin()
+    devices = SysfsDevices(
+        pci=_pci_functions(root, selection, cache),
         net=_net_interfaces(root, interfaces, selection),
         infiniband=_infiniband(root, selection),
         drm=_drm(root, selection),
     )
+    if cache is not None:
+        cache.end()
+    return devices

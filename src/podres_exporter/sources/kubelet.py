@@ -175,6 +175,51 @@ def allocatable_from_wire(resp: Any) -> Allocatable:
     )
 
 
+# ---------------------------------------------------------------- conversion cache
+
+
+class PodCache:
+    """Converted pods kept from one List answer to the next, keyed by each pod message's
+    serialised bytes: an unchanged pod costs a serialisation and a dict lookup instead of
+    a conversion (most pods of a node do not change between polls). The model objects are
+    frozen, so one is safely shared by successive readings.
+
+    Only the pods of the latest answer are kept: a pod that left the node leaves the cache
+    at the next answer, so memory follows the node's size, never its churn. Not
+    thread-safe: its client's owner calls it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[bytes, PodAlloc] = {}
+        self._convert: Callable[[Any], PodAlloc] | None = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def convert(
+        self, messages: Iterable[Any], convert: Callable[[Any], PodAlloc]
+    ) -> tuple[PodAlloc, ...]:
+        """``convert`` of each message, reusing the last answer's objects for the same bytes.
+
+        Another ``convert`` (the API version changed) starts from an empty cache.
+        """
+        previous = self._entries if convert is self._convert else {}
+        current: dict[bytes, PodAlloc] = {}
+        out: list[PodAlloc] = []
+        for message in messages:
+            key = message.SerializeToString()
+            pod = current.get(key)
+            if pod is None:
+                pod = previous.get(key)
+                if pod is None:
+                    pod = convert(message)
+                current[key] = pod
+            out.append(pod)
+        self._entries = current
+        self._convert = convert
+        return tuple(out)
+
+
 # ---------------------------------------------------------------- errors
 
 
@@ -268,6 +313,8 @@ class KubeletClient:
         self.api_version = ApiVersion.V1
         self.allocatable_support = Support.UNKNOWN
         self.get_support = Support.UNKNOWN
+        self._pods = PodCache()
+        self._allocatable_cache: tuple[bytes, Allocatable] | None = None
 
     # -- channel
 
@@ -332,7 +379,7 @@ class KubeletClient:
         if self.api_version is ApiVersion.V1:
             try:
                 resp = self._call(LIST, self._v1.List, v1.ListPodResourcesRequest())
-                return tuple(pod_from_v1(p) for p in resp.pod_resources)
+                return self._pods.convert(resp.pod_resources, pod_from_v1)
             except KubeletNotServed as err:
                 if err.code != "UNIMPLEMENTED":
                     raise
@@ -345,7 +392,7 @@ class KubeletClient:
                 )
                 self.api_version = ApiVersion.V1ALPHA1
         resp = self._call(LIST_V1ALPHA1, self._v1alpha1.List, v1alpha1.ListPodResourcesRequest())
-        return tuple(pod_from_v1alpha1(p) for p in resp.pod_resources)
+        return self._pods.convert(resp.pod_resources, pod_from_v1alpha1)
 
     def _allocatable(self) -> Allocatable | None:
         if self.api_version is not ApiVersion.V1 or self.allocatable_support in (
@@ -371,7 +418,10 @@ class KubeletClient:
             )
             return None
         self.allocatable_support = Support.SERVED
-        return allocatable_from_wire(resp)
+        key = resp.SerializeToString()
+        if self._allocatable_cache is None or self._allocatable_cache[0] != key:
+            self._allocatable_cache = (key, allocatable_from_wire(resp))
+        return self._allocatable_cache[1]
 
     def read(self) -> KubeletReading:
         """One complete reading: List, then GetAllocatableResources where served.
