@@ -62,6 +62,7 @@ rules: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/web_servers.py
+	$(BIN)/python bench/plugin.py
 
 ## image: the container image, tagged $(IMAGE) (podman, else docker); IMAGE=... to retag,
 ## IMAGE_BUILD_FLAGS=... for extra build flags (network, build secrets: see the Dockerfile)

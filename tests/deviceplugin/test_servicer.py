@@ -154,6 +154,36 @@ def test_allocate_gives_the_device_nodes(served: Served) -> None:
     assert (list(container.mounts), dict(container.annotations)) == ([], {})
 
 
+def test_a_repeated_allocate_answers_the_same_until_the_device_turns_unhealthy(
+    served: Served,
+) -> None:
+    """The same ids answer the same response (and count each success) while the inventory
+    stands; once the device is gone, the same request is refused, not answered from before."""
+    request = pb.AllocateRequest(
+        container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=["renderD129", "renderD128"]),
+            pb.ContainerAllocateRequest(devices_ids=["renderD129", "renderD128"]),
+        ]
+    )
+    first = served.stub.Allocate(request, timeout=5)
+    second = served.stub.Allocate(request, timeout=5)
+    assert first == second
+    assert [d.host_path for d in first.container_responses[1].devices] == [
+        "/dev/dri/renderD129",
+        "/dev/dri/renderD128",
+    ]
+    ok = served.metrics.registry.get_sample_value(
+        "podres_plugin_allocations_total", {"resource": RESOURCE, "result": "success"}
+    )
+    assert ok == 4
+    (served.dev / "dri" / "renderD128").unlink()
+    served.monitor.check()
+    with pytest.raises(grpc.RpcError) as info:
+        served.stub.Allocate(request, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "renderD128 (device node gone)" in (info.value.details() or "")
+
+
 def test_many_concurrent_allocate_calls_all_answer(served: Served) -> None:
     """Sixty Allocate calls from twelve threads, with a stream open, all succeed."""
     call, out = stream_into(served.stub)

@@ -18,10 +18,19 @@ must-include ids always; then the fewest NUMA nodes that can hold the rest; with
 them (trying each such set of nodes), distinct hardware before a second replica of
 the same one, and for GPUs the closest set by NVML's pairwise topology (NVLink
 first); ties go to the lowest ids.
+
+The greedy search behind it tries each hardware device as the first pick (up to
+:data:`_MAX_STARTS` per set of NUMA nodes) and keeps the best result. Each search
+steps over classes of interchangeable hardware (functions or device nodes on the same
+NUMA nodes; GPUs at the same distances from every other: :func:`_twin_classes`)
+rather than over every device, and the GPU twin classes are computed once per
+inventory: 64 VFs of two PFs are two classes, not 64 candidates a step. The choices
+are those of the search over every device (a test keeps that search as a reference).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -241,38 +250,145 @@ def _numa_pools(
     return [list(candidates)]
 
 
-def _greedy(
-    start: str | None,
+_TWINS_MEMO: Final = "allocate.twins"
+
+
+def _twin_classes(inventory: ResourceInventory) -> Mapping[str, int]:
+    """Hardware with a GPU topology key -> its twin class: hardware of one class is at
+    the same distance from every other hardware (and from each other), so the greedy
+    search may treat them as one pool. Computed once per inventory (its ``memo``).
+
+    Hardware without a topology key needs no entry: its distances depend on its NUMA
+    nodes alone, so hardware on the same nodes are twins (:func:`_class_key`).
+    """
+    cached = inventory.memo.get(_TWINS_MEMO)
+    if cached is not None:
+        return cached  # type: ignore[return-value]  # only this function writes it
+    infos: dict[str, _Info] = {}
+    for d in inventory.devices:
+        if d.hardware not in infos:
+            infos[d.hardware] = _info(inventory, d.id)
+    keyed = sorted(hw for hw, i in infos.items() if i.topology_key is not None)
+    distance = _Distances(inventory, {hw: infos[hw] for hw in keyed})
+    classes: dict[str, int] = {}
+    reps: list[tuple[str, int | None]] = []  # representative, distance within (None: alone)
+    for hw in keyed:
+        for index, (rep, within) in enumerate(reps):
+            if infos[rep].numa != infos[hw].numa:
+                continue
+            between = distance(hw, rep)
+            if within is not None and between != within:
+                continue
+            if all(distance(hw, z) == distance(rep, z) for z in keyed if z not in (hw, rep)):
+                classes[hw] = index
+                reps[index] = (rep, between)
+                break
+        else:
+            classes[hw] = len(reps)
+            reps.append((hw, None))
+    inventory.memo[_TWINS_MEMO] = classes
+    return classes
+
+
+def _class_key(hw: str, info: _Info, twins: Mapping[str, int]) -> tuple[int, object]:
+    """Interchangeable hardware shares a key: the same twin class (GPUs), else the same
+    NUMA nodes (functions, device nodes: their distances depend on nothing else)."""
+    if info.topology_key is not None and hw in twins:
+        return (0, twins[hw])
+    if info.topology_key is not None:  # not in the inventory's twins: a class alone
+        return (1, hw)
+    return (2, tuple(sorted(info.numa)))
+
+
+@dataclass(slots=True)
+class _Search:
+    """One pool's greedy search state, over classes of interchangeable hardware.
+
+    The greedy pick of the search (each step the hardware used least so far, then the
+    closest to the hardware already chosen, then the lowest key) is the same whichever
+    member of a class is asked: members differ only by key and use. So each step
+    compares one candidate per class: its member used least, then lowest key.
+    """
+
+    groups: Mapping[str, list[str]]
+    class_of: Mapping[str, int]
+    between: list[list[int]]  # class x class distance (within a class: two members)
+    heaps: list[list[tuple[int, str]]]  # per class: (use, key) of members with ids left
+    acc: list[int]  # per class: distance sum to the chosen hardware (not counting itself)
+    counts: dict[str, int]
+    spread: int  # pairwise distance sum of the chosen hardware
+
+
+def _search(
     groups: Mapping[str, list[str]],
     used: Mapping[str, int],
-    need: int,
+    by_hw: Mapping[str, _Info],
+    twins: Mapping[str, int],
     distance: _Distances,
-) -> tuple[list[str], int]:
-    """Pick ``need`` ids: each step the hardware used least so far, then closest to the
-    hardware already chosen, then the lowest key; returns the ids and their spread."""
-    counts = dict(used)
-    taken = {hw: 0 for hw in groups}
-    chosen_hw = [hw for hw, n in counts.items() if n > 0]
-    acc = {hw: sum(distance(hw, c) for c in chosen_hw if c != hw) for hw in groups}
+) -> _Search:
+    """The starting state of a pool's search: ``used`` hardware already chosen."""
+    keys: dict[tuple[int, object], int] = {}
+    class_of: dict[str, int] = {}
+    members: list[list[str]] = []
+    for hw in sorted(groups):
+        index = keys.setdefault(_class_key(hw, by_hw[hw], twins), len(keys))
+        if index == len(members):
+            members.append([])
+        members[index].append(hw)
+        class_of[hw] = index
+    reps = [m[0] for m in members]
+    between = [
+        [distance(a, b) if a != b else (distance(m[0], m[1]) if len(m) > 1 else 0) for b in reps]
+        for a, m in zip(reps, members, strict=True)
+    ]
+    chosen = sorted(hw for hw, n in used.items() if n > 0)
+    acc = [sum(distance(rep, c) for c in chosen if c not in groups) for rep in reps]
+    for c in chosen:
+        if c in groups:
+            for k, row in enumerate(between):
+                acc[k] += row[class_of[c]]
+    spread = sum(distance(a, b) for a, b in itertools.combinations(chosen, 2))
+    heaps = [sorted((used.get(hw, 0), hw) for hw in m) for m in members]
+    return _Search(groups, class_of, between, heaps, acc, dict(used), spread)
+
+
+def _greedy(start: str | None, base: _Search, need: int) -> tuple[list[str], int]:
+    """Pick ``need`` ids from ``base`` (unchanged), ``start`` first; the ids and the
+    spread of the chosen hardware (pairwise distance sum)."""
+    heaps = [list(h) for h in base.heaps]
+    acc = list(base.acc)
+    counts = dict(base.counts)
+    spread = base.spread
+    taken: dict[str, int] = {}
+    between, groups, class_of = base.between, base.groups, base.class_of
     picked: list[str] = []
-    order = sorted(groups)
     for step in range(need):
         if step == 0 and start is not None:
-            best = start
+            best = class_of[start]
+            heap = heaps[best]
+            use = counts.get(start, 0)
+            heap.remove((use, start))
+            heapq.heapify(heap)
+            hw = start
         else:
-            best = min(
-                (hw for hw in order if taken[hw] < len(groups[hw])),
-                key=lambda hw: (counts.get(hw, 0), acc[hw], hw),
-            )
-        picked.append(groups[best][taken[best]])
-        taken[best] += 1
-        if counts.get(best, 0) == 0:
-            for hw in order:
-                if hw != best:
-                    acc[hw] += distance(hw, best)
-            chosen_hw.append(best)
-        counts[best] = counts.get(best, 0) + 1
-    spread = sum(distance(a, b) for a, b in itertools.combinations(sorted(set(chosen_hw)), 2))
+            best, top = -1, (0, 0, "")
+            for k, heap in enumerate(heaps):
+                if heap:
+                    use, hw = heap[0]
+                    key = (use, acc[k] - between[k][k] if use else acc[k], hw)
+                    if best < 0 or key < top:
+                        best, top = k, key
+            use, hw = heapq.heappop(heaps[best])
+        n = taken.get(hw, 0)
+        picked.append(groups[hw][n])
+        taken[hw] = n + 1
+        if n + 1 < len(groups[hw]):
+            heapq.heappush(heaps[best], (use + 1, hw))
+        counts[hw] = use + 1
+        if use == 0:
+            spread += acc[best]
+            for k, row in enumerate(between):
+                acc[k] += row[best]
     return picked, spread
 
 
@@ -309,6 +425,11 @@ def preferred_allocation(
     for m in must:
         used[infos[m].hardware] = used.get(infos[m].hardware, 0) + 1
     distance = _Distances(inventory, infos)
+    by_hw: dict[str, _Info] = {}
+    for info in infos.values():
+        by_hw.setdefault(info.hardware, info)
+    twins = _twin_classes(inventory)
+    keys = {i: order(i) for i in pool}
     best: tuple[tuple[int, int, list[tuple[str, int, str]]], tuple[str, ...]] | None = None
     for pool in _numa_pools(candidates, infos, forced, need):
         groups: dict[str, list[str]] = {}
@@ -317,12 +438,15 @@ def preferred_allocation(
         starts: list[str | None] = [None]
         if not must and len(groups) <= _MAX_STARTS:
             starts = list(sorted(groups))
+        search = _search(groups, used, by_hw, twins, distance)
         for start in starts:
-            picked, spread = _greedy(start, groups, used, need, distance)
-            result = tuple(sorted([*must, *picked], key=order))
-            reuse = len(result) - len({infos[i].hardware for i in result})
-            score = (reuse, spread, [order(i) for i in result])
+            picked, spread = _greedy(start, search, need)
+            reuse = want - len({infos[i].hardware for i in [*must, *picked]})
+            if best is not None and (reuse, spread) > best[0][:2]:
+                continue  # worse before the ids are compared: not worth sorting
+            ordered = sorted(keys[i] for i in [*must, *picked])
+            score = (reuse, spread, ordered)
             if best is None or score < best[0]:
-                best = (score, result)
+                best = (score, tuple(k[2] for k in ordered))
     assert best is not None
     return best[1]

@@ -134,7 +134,8 @@ class ResourceInventory:
     """The complete device list of one resource, with what Allocate needs to know.
 
     ``devices`` are sorted by hardware key, then replica. ``topology``: GPU pair
-    distances by GPU UUID (empty for other kinds or when NVML gives none).
+    distances by GPU UUID (empty for other kinds or when NVML gives none). ``memo``:
+    derived data, filled on first use (not part of equality).
     """
 
     resource: str
@@ -142,6 +143,9 @@ class ResourceInventory:
     hardware: Mapping[str, Hardware] = field(default_factory=lambda: MappingProxyType({}))
     topology: _GpuTopology = field(default_factory=lambda: MappingProxyType({}))
     by_id: Mapping[str, Device] = field(default_factory=lambda: MappingProxyType({}))
+    memo: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+    """What the allocation code derives from this (immutable) inventory, computed once
+    per inventory rather than once per call: keyed by the deriving module's name."""
 
     @classmethod
     def of(

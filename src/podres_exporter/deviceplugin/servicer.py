@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import grpc
 import structlog
@@ -53,6 +53,10 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+
+# Container responses an Allocate cache holds for one inventory (the kubelet asks for
+# few distinct id sets; anyone on the socket could ask for many): past it, it starts over.
+_RESPONSE_CACHE = 1024
 
 # How long a stream waits for a change before it looks whether it was cancelled.
 _STREAM_POLL_S = 1.0
@@ -144,6 +148,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self._closed = threading.Event()
         self._streams_lock = threading.Lock()
         self._streams: list[_Stream] = []  # open, newest last
+        # The container responses made from one inventory (immutable), by requested ids:
+        # a repeated request, or the same device again, is not built again.
+        self._responses: tuple[ResourceInventory, dict[tuple[str, ...], Any]] | None = None
 
     def close(self) -> None:
         """End this servicer's ListAndWatch streams (its server is being retired)."""
@@ -242,15 +249,28 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         ]
         return pb.PreferredAllocationResponse(container_responses=responses)
 
+    def _response_cache(self, inventory: ResourceInventory) -> dict[tuple[str, ...], Any]:
+        """The container responses already made from ``inventory`` (a new one: none)."""
+        cached = self._responses
+        if cached is None or cached[0] is not inventory or len(cached[1]) >= _RESPONSE_CACHE:
+            cached = self._responses = (inventory, {})
+        return cached[1]
+
     def Allocate(  # noqa: N802 - the gRPC method name
         self, request: pb.AllocateRequest, context: grpc.ServicerContext
     ) -> pb.AllocateResponse:
         _, inventory = self._board.current()
+        cache = self._response_cache(inventory)
         name = self._resource.name
         requests = request.container_requests
         responses = []
         for index, req in enumerate(requests):
-            ids = list(req.devices_ids)
+            ids = tuple(req.devices_ids)
+            response = cache.get(ids)
+            if response is not None:
+                self._metrics.allocation(name, "success")
+                responses.append(response)
+                continue
             try:
                 alloc = allocate(self._resource, inventory, ids)
             except AllocationError as err:
@@ -265,7 +285,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 )
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             self._metrics.allocation(name, "success")
-            responses.append(_container_response(alloc))
+            response = cache[ids] = _container_response(alloc)
+            responses.append(response)
         # One line per call, whatever it asked for: 10,000 containers are not 10,000 lines.
         every_id = [i for req in requests for i in req.devices_ids]
         log.info(
