@@ -1,106 +1,235 @@
-"""The exporter's benchmark: cost of one poll, one rendering and one cached scrape.
+"""The exporter's benchmark: one poll cycle beside the floors under it, and a cached scrape.
 
 Usage: python bench/bench.py [--quick]
 
-For each scenario a simulated kubelet (same process, real gRPC over a unix socket)
-is read by the real client; the timings are medians over several repetitions.
-The figures printed beside each measure are the budgets the design relies on:
-a poll and a rendering must fit easily in the default 10 s poll interval, and a
-cached scrape must stay cheap whatever the node's size (scrapes never poll).
+For each scenario (``sim.synthetic``: ``small``, ``large``, ``huge``, and the ``fleet``
+rows of one pod shape at 50, 500 and 5,000 pods for linearity) the simulated kubelet
+runs in a process of its own (bench/simproc.py, real gRPC over a unix socket), so that
+this process, the exporter's, does none of the simulator's work. The simulated host
+(sysfs with the CPU topology and the device tree, procfs, the kubelet's log names, a
+fake NVML: ``sim.hostfs.SimHost``) is written here before measuring; every collector
+is on, so a poll reads all the telemetry.
 
-Then the daemon footprint (bench/footprint.py): the exporter and the device plugin
-as processes of their own beside a simulated kubelet process, their steady and
-burst CPU and their memory, from which the manifests' requests and limits are
-derived (docs/performance.md).
+Measured in the same run, each ``--repeat`` times (median and min-max):
+
+- floor 1: ``List`` + ``GetAllocatableResources`` through a bare stub of
+  ``podres_exporter._generated``, decoded by protobuf, nothing else;
+- floor 2: floor 1 plus a Python walk over every decoded field (the least any
+  Python code that looks at the whole answer must pay);
+- the poll cycle: ``NodeReader.observe`` (kubelet calls, topology, telemetry) +
+  ``view`` (accounting, join) + the families rendered to the text format, as the
+  Poller does for each new view; its CPU time per cycle from ``/proc/<pid>/stat``;
+- ratio: the poll cycle's median over floor 2's; the target is at most 3x;
+- a cached scrape of ``/metrics`` from a running exporter (scrapes never poll).
+
+Then (full run only; ``--no-footprint`` skips it) the daemon footprint
+(bench/footprint.py): the exporter and the device plugin as processes of their own,
+their steady and burst CPU and their memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import resource
+import os
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import footprint
+import grpc
+import simproc
+from google.protobuf.message import Message
 
-from podres_exporter.accounting import account
+from podres_exporter import collectors, process
+from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_exporter.cli.export import Exporter
 from podres_exporter.exposition import render_families
 from podres_exporter.reader import NodeReader
-from podres_exporter.settings import build
-from podres_exporter.sim import Scenario, SimKubelet, load_builtin, write_sysfs
+from podres_exporter.settings import Settings, build
+from podres_exporter.sim import SimKubelet
+from podres_exporter.sim.hostfs import SimHost
+
+TARGET_RATIO = 3.0
+MAX_MESSAGE = 64 * 1024 * 1024
+SIMPROC = str(Path(__file__).with_name("simproc.py"))
 
 
-def median_s(fn: Callable[[], object], repeat: int) -> float:
-    times = []
+@dataclass
+class Row:
+    name: str
+    pods: int = 0
+    floor1: list[float] | None = None
+    floor2: list[float] | None = None
+    cycle: list[float] | None = None
+    cycle_cpu_s: float = 0.0
+    list_bytes: int = 0
+    scrape_s: float = 0.0
+    body_bytes: int = 0
+    gzip_bytes: int = 0
+
+
+def timings(fn: Callable[[], object], repeat: int) -> list[float]:
+    out = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        out.append(time.perf_counter() - start)
+    return out
 
 
-def run(name: str, scenario: Scenario, repeat: int, scrapes: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="podres-bench-") as tmp:
-        sysfs = write_sysfs(scenario.node, Path(tmp) / "sys")
-        sim = SimKubelet(scenario, Path(tmp) / "k.sock")
-        # Back-to-back repetitions would trip the demo kubelet's rate limit (100 qps, burst
-        # 10), which a poll every 10 s never meets: measure the cost, not the throttling.
-        sim.set_behaviour(rate_limit=False)
-        sim.start()
-        settings = replace(
-            build({"--listen-address": "127.0.0.1:0", "--poll-interval": "1h"}, {}),
-            kubelet_socket=str(sim.socket_path),
-            path_sysfs=str(sysfs),
-        )
+def walk(msg: Message) -> int:
+    """Touch every field of a decoded message, recursively; count the values."""
+    n = 0
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated
+        if fd.message_type is not None:
+            for m in value if repeated else (value,):
+                n += walk(m)
+        elif repeated:
+            for _ in value:
+                n += 1
+        else:
+            n += 1
+    return n
+
+
+def host_settings(sock: Path, host: SimHost) -> Settings:
+    return replace(
+        build({"--listen-address": "127.0.0.1:0", "--poll-interval": "1h"}, {}),
+        kubelet_socket=str(sock),
+        kubelet_max_message_bytes=MAX_MESSAGE,
+        path_sysfs=str(host.sysfs),
+        path_procfs=str(host.procfs),
+        path_pod_logs=str(host.pod_logs),
+        path_container_logs=str(host.container_logs),
+    )
+
+
+def measure(ref: str, label: str, repeat: int, scrapes: int) -> Row:
+    row = Row(label)
+    with footprint.workdir() as tmp:
+        sock = tmp / "kubelet.sock"
+        sim = footprint.spawn("simulator", [SIMPROC, ref, str(sock)], tmp)
         try:
-            # The exporter's own reader, kubelet and topology only (the telemetry sources
-            # are measured by the footprint run).
-            reader = NodeReader.from_settings(settings, telemetry=False)
-            seen = reader.observe()
-            assert seen.reading is not None and seen.topology is not None, seen.kubelet_error
-            reading, topo = seen.reading, seen.topology
-            poll = median_s(reader.observe, repeat)
-            acc = median_s(lambda: account(reading, topo), repeat)
-            view = reader.view(seen, generation=1)
-            render = median_s(
-                lambda: render_families(reader.families(view, "bench"), openmetrics=False), repeat
-            )
-            body = render_families(reader.families(view, "bench"), openmetrics=False)
-            reader.close()
-            exp = Exporter(settings)
-            exp.start()
-            try:
-                deadline = time.monotonic() + 60
-                while exp.store.current() is None and time.monotonic() < deadline:
-                    time.sleep(0.05)
-
-                def scrape() -> None:
-                    with urllib.request.urlopen(exp.url + "/metrics", timeout=30) as r:  # noqa: S310
-                        r.read()
-
-                scrape()  # the first scrape renders; the rest are served from the cache
-                cached = median_s(scrape, scrapes)
-            finally:
-                exp.stop("benchmark done")
+            footprint.wait_for("the simulated kubelet's socket", sock.exists, [sim])
+            # The same seeded scenario here, never served: the host files follow its pods.
+            host = SimHost(SimKubelet(simproc.scenario(ref), tmp / "unused.sock"), tmp / "host")
+            settings = host_settings(sock, host)
+            measure_reads(row, settings, host, repeat)
+            row.scrape_s = measure_scrape(settings, host, scrapes)
+            sim.check_alive()
         finally:
-            sim.stop(remove_socket=True)
-    return {
-        "pods": len(reading.pods),
-        "poll_s": poll,
-        "account_s": acc,
-        "render_s": render,
-        "scrape_cached_s": cached,
-        "exposition_bytes": len(body),
-        "exposition_gzip_bytes": len(gzip.compress(body)),
-    }
+            footprint.stop(sim)
+    return row
+
+
+def measure_reads(row: Row, settings: Settings, host: SimHost, repeat: int) -> None:
+    channel = grpc.insecure_channel(
+        f"unix://{settings.kubelet_socket}",
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE)],
+    )
+    stub: Any = api_pb2_grpc.PodResourcesListerStub(channel)
+
+    def floor1() -> tuple[Message, Message]:
+        listed = stub.List(api_pb2.ListPodResourcesRequest(), timeout=60)
+        alloc = stub.GetAllocatableResources(api_pb2.AllocatableResourcesRequest(), timeout=60)
+        return listed, alloc
+
+    def floor2() -> int:
+        listed, alloc = floor1()
+        return walk(listed) + walk(alloc)
+
+    reader = NodeReader.from_settings(
+        settings, gpu_backend=host.gpu_backend(), enabled=collectors.ALL
+    )
+    previous = None
+    generation = 0
+
+    def cycle() -> bytes:
+        nonlocal previous, generation
+        generation += 1
+        seen = reader.observe()
+        view = reader.view(seen, generation=generation, previous=previous)
+        previous = view
+        return render_families(reader.families(view, "bench"), openmetrics=False)
+
+    try:
+        listed, _ = floor1()
+        row.list_bytes = listed.ByteSize()
+        body = cycle()  # warm: channels open, imports done, the API version probed
+        seen = reader.observe()
+        assert seen.reading is not None, seen.kubelet_error
+        served = {(p.namespace, p.name) for p in seen.reading.pods}
+        local = {(p.namespace, p.name) for p in host.sim.node.pods}
+        assert served == local, "the simulator's pods differ from the host files' pods"
+        row.pods = len(served)
+        row.floor1 = timings(floor1, repeat)
+        row.floor2 = timings(floor2, repeat)
+        cpu0 = footprint.cpu_seconds(os.getpid())
+        row.cycle = timings(cycle, repeat)
+        row.cycle_cpu_s = (footprint.cpu_seconds(os.getpid()) - cpu0) / repeat
+        row.body_bytes, row.gzip_bytes = len(body), len(gzip.compress(body))
+    finally:
+        reader.close()
+        channel.close()
+
+
+def measure_scrape(settings: Settings, host: SimHost, scrapes: int) -> float:
+    exp = Exporter(settings, gpu_backend=host.gpu_backend())
+    exp.start()
+    try:
+        deadline = time.monotonic() + 120
+        while exp.store.current() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        def scrape() -> None:
+            with urllib.request.urlopen(exp.url + "/metrics", timeout=60) as r:  # noqa: S310
+                r.read()
+
+        scrape()  # warms the connection; every scrape is served from the cache
+        return statistics.median(timings(scrape, scrapes))
+    finally:
+        exp.stop("benchmark done")
+
+
+def ms(t: float) -> str:
+    return f"{t * 1e3:.1f}" if t < 1 else f"{t * 1e3:.0f}"
+
+
+def spread(ts: list[float]) -> str:
+    return f"{ms(statistics.median(ts))} ({ms(min(ts))}-{ms(max(ts))})"
+
+
+def print_table(rows: list[Row]) -> None:
+    head = (
+        f"{'scenario':<12} {'pods':>5} {'List':>8} {'floor 1 ms':>20} {'floor 2 ms':>20} "
+        f"{'poll cycle ms':>22} {'x fl.2':>7} {'cpu ms':>7} {'scrape':>7} {'body':>8} "
+        f"{'gzip':>7}"
+    )
+    footprint.print_head(head)
+    for r in rows:
+        assert r.floor1 and r.floor2 and r.cycle
+        ratio = statistics.median(r.cycle) / statistics.median(r.floor2)
+        flag = "" if ratio <= TARGET_RATIO else " !"
+        print(
+            f"{r.name:<12} {r.pods:>5} {r.list_bytes / 1024:>6.0f}KB {spread(r.floor1):>20} "
+            f"{spread(r.floor2):>20} {spread(r.cycle):>22} {ratio:>5.1f}x{flag:<1} "
+            f"{ms(r.cycle_cpu_s):>7} {r.scrape_s * 1e3:>5.2f}ms {r.body_bytes / 1024:>6.0f}KB "
+            f"{r.gzip_bytes / 1024:>5.0f}KB"
+        )
+    fleet = [r for r in rows if r.name.startswith("fleet") or r.name == "huge"]
+    if len(fleet) > 1:
+        per_pod = ", ".join(
+            f"{r.pods:,} pods {statistics.median(r.cycle or [0]) / r.pods * 1e6:.0f} us"
+            for r in fleet
+        )
+        print(f"linearity, poll cycle per pod (one pod shape): {per_pod}")
 
 
 def main() -> int:
@@ -108,36 +237,34 @@ def main() -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="fewer repetitions, smaller nodes, a short footprint run",
+        help="small and large only, 3 repeats, no footprint run (for CI-style checks)",
+    )
+    parser.add_argument("--repeat", type=int, help="poll cycles per scenario (default 7; quick 3)")
+    parser.add_argument(
+        "--no-footprint", action="store_true", help="the table only (the full run's footprint)"
     )
     ns = parser.parse_args()
-    repeat, scrapes = (3, 20) if ns.quick else (7, 200)
-    scenarios = [
-        ("demo", load_builtin("demo")),
-        ("2k pods, 128 CPUs", Scenario.synthetic(pods=2000, exclusive_every=20)),
-    ]
+    process.configure_logging("warning", "console")  # the table, not the daemons' events
+    repeat = ns.repeat or (3 if ns.quick else 7)
+    scrapes = 10 if ns.quick else 100
+    plan = [("small", "small"), ("large", "large")]
     if not ns.quick:
-        scenarios.append(("20k pods (>4 MiB List)", Scenario.synthetic(pods=20000)))
-    print(f"python {sys.version.split()[0]}; medians of {repeat} runs, {scrapes} scrapes")
-    footprint.print_head(
-        f"{'scenario':<24} {'pods':>6} {'poll':>9} {'account':>9} {'render':>9} "
-        f"{'scrape':>9} {'body':>9} {'gzip':>8}"
-    )
-    for name, sc in scenarios:
-        r = run(name, sc, repeat, scrapes)
-        print(
-            f"{name:<24} {int(r['pods']):>6} {r['poll_s'] * 1e3:>7.1f}ms "
-            f"{r['account_s'] * 1e3:>7.1f}ms "
-            f"{r['render_s'] * 1e3:>7.1f}ms {r['scrape_cached_s'] * 1e3:>7.2f}ms "
-            f"{r['exposition_bytes'] / 1024:>7.0f}KB {r['exposition_gzip_bytes'] / 1024:>6.0f}KB"
-        )
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS of this process (simulator included): {rss_mib:.0f} MiB")
+        plan += [("fleet:50", "fleet 50"), ("fleet:500", "fleet 500"), ("huge", "huge")]
     print(
-        "budgets: poll + account + render well under the 10 s default --poll-interval; "
-        "a cached scrape in milliseconds whatever the node's size"
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; medians of {repeat} runs "
+        f"(min-max), {scrapes} scrapes; target: poll cycle <= {TARGET_RATIO:.0f}x floor 2"
     )
-    return footprint.run_all(ns.quick)
+    rows = [measure(ref, label, repeat, scrapes) for ref, label in plan]
+    print_table(rows)
+    print(
+        "floor 1: List + GetAllocatableResources, bare stub, decoded; floor 2: + a walk over "
+        "every field; poll cycle: observe + view + render (all collectors, telemetry on); "
+        "x fl.2: its median / floor 2's (! over target); cpu: this process's CPU per cycle "
+        "(/proc/<pid>/stat); huge = fleet 5000"
+    )
+    if ns.quick or ns.no_footprint:
+        return 0
+    return footprint.run_all(False)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ from podres_exporter.sim.scenario import (
     QoS,
     Scenario,
 )
-from podres_exporter.sim.synthetic import synthetic_scenario
+from podres_exporter.sim.synthetic import BENCH_SCENARIOS, bench_scenario, synthetic_scenario
 
 # The largest node a scenario may describe: the kernel's largest NR_CPUS and MAX_NUMNODES.
 MAX_CPUS = 8192
@@ -166,9 +166,10 @@ def _builtin_root() -> Any:
 
 
 def builtin_names() -> tuple[str, ...]:
-    """The names of the scenarios shipped with the package (``demo``, ``minimal`` ...)."""
-    root = _builtin_root()
-    return tuple(sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml")))
+    """The names of the scenarios shipped with the package: the TOML files (``demo``,
+    ``minimal`` ...) and the benchmark's generated nodes (``small``, ``large``, ``huge``)."""
+    files = (p.name[:-5] for p in _builtin_root().iterdir() if p.name.endswith(".toml"))
+    return tuple(sorted({*files, *BENCH_SCENARIOS}))
 
 
 def load_builtin(name: str) -> Scenario:
@@ -177,6 +178,8 @@ def load_builtin(name: str) -> Scenario:
         raise ScenarioError(
             f"{name}.toml", "", f"no built-in scenario {name!r}; have {', '.join(builtin_names())}"
         )
+    if name in BENCH_SCENARIOS:
+        return bench_scenario(name)
     res = _builtin_root().joinpath(f"{name}.toml")
     return parse_scenario(res.read_text(encoding="utf-8"), source=f"{name}.toml", default_name=name)
 
