@@ -4,7 +4,7 @@
   read through the exporter's own :class:`~podres_exporter.reader.NodeReader` and
   rendered in-process by the exporter's collectors. No exporter needed.
 - :class:`ExporterSource` (``--exporter URL``): one GET of the exporter's ``/metrics``,
-  parsed with ``prometheus_client.parser``.
+  parsed by :func:`parse_exposition` (only the metrics top reads).
 - :class:`PrometheusSource` (``--prometheus URL``): ``/api/v1/query`` for each metric
   top needs, all at one evaluation time; the busy counter as ``rate()``. Every node
   Prometheus scrapes, or the one ``--node`` names.
@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from podres_exporter.errors import (
     ConfigError,
@@ -48,6 +48,7 @@ from podres_exporter.top.rows import (
     METRICS,
     Reading,
     Sample,
+    cpu_stamp,
 )
 
 if TYPE_CHECKING:
@@ -56,6 +57,16 @@ if TYPE_CHECKING:
     from podres_exporter.view import NodeView
 
 HTTP_TIMEOUT_S = 5.0
+# Collectors whose metrics top does not show: the local source leaves them off.
+UNSHOWN_COLLECTORS = frozenset({"build", "dra", "pci", "net", "infiniband"})
+# The samples an exporter's /metrics is read for; only the busy counters for a baseline.
+WANTED = frozenset({*METRICS, BUSY_RATIO})
+BUSY_ONLY = frozenset({BUSY_COUNTER, BUSY_RATIO, CPU_SOURCE_STAMP})
+# How often top asks an exporter whether it has polled again (a GET, no parse).
+POLL_CHECK_S = 0.25
+_CPU_STAMP_LINE = re.compile(
+    rb"^" + CPU_SOURCE_STAMP.encode() + rb'\{[^}\n]*source="cpu"[^}\n]*\}[ \t]*(\S+)', re.M
+)
 # The window of rate(podres_cpu_busy_seconds_total[...]) asked of Prometheus: two
 # scrapes fit in it at scrape intervals up to a minute.
 RATE_WINDOW = "2m"
@@ -83,6 +94,90 @@ def samples_from_families(families: Iterable[Metric]) -> tuple[Sample, ...]:
     return tuple(
         Sample(s.name, dict(s.labels), float(s.value)) for fam in families for s in fam.samples
     )
+
+
+_LABEL_SET = re.compile(
+    r'(?:[ \t]*[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"[ \t]*,?)*[ \t]*'
+)
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"')
+_ESCAPE = re.compile(r"\\(.)")
+_UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE.sub(lambda m: _UNESCAPED.get(m.group(1), m.group(0)), value)
+
+
+def _split_labels(inner: str) -> dict[str, str] | None:
+    """``a="x",b="y"`` split by its quotes, or None unless that is certain to be right.
+
+    Without a backslash every ``"`` delimits a value, so ``",`` ends one: the common case
+    (our exporter's own label sets), at a third of the regular expressions' cost.
+    """
+    if "\\" in inner or not inner:
+        return None
+    body = inner[:-1] if inner[-1] == "," else inner
+    if not body or body[-1] != '"':
+        return None
+    parts = body[:-1].split('",')
+    try:
+        labels = dict(p.split('="', 1) for p in parts)
+    except ValueError:
+        return None
+    if len(labels) != len(parts) or inner.count('"') != 2 * len(parts):
+        return None
+    if not all(k.isidentifier() and k.isascii() for k in labels):
+        return None
+    return labels
+
+
+def _labels(line: str, brace: int, close: int, number: int) -> dict[str, str]:
+    """The label set between ``brace`` and ``close``, escapes and spacing allowed."""
+    if not _LABEL_SET.fullmatch(line, brace + 1, close):
+        raise ValueError(f"line {number}: bad labels in {line[:200]!r}")
+    return {
+        key: _unescape(value) if "\\" in value else value
+        for key, value in _LABEL.findall(line, brace + 1, close)
+    }
+
+
+def parse_exposition(text: str, wanted: Container[str] | None = None) -> list[Sample]:
+    """The samples of a Prometheus text exposition, those named in ``wanted`` only if given.
+
+    Much faster than ``prometheus_client.parser`` on a large exporter's ``/metrics``: a
+    line of an unwanted metric is skipped by its name, a wanted one's label set is
+    checked and split by two regular expressions. Comments and timestamps are ignored;
+    a malformed sample line raises ValueError naming it.
+    """
+    out: list[Sample] = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line or line[0] == "#" or line.isspace():
+            continue
+        brace, space = line.find("{"), line.find(" ")
+        labels: dict[str, str] = {}
+        if brace != -1 and (space == -1 or brace < space):
+            name = line[:brace]
+            if wanted is not None and name not in wanted:
+                continue
+            close = line.rfind("}")  # label values may hold "}"; the value after it cannot
+            if close < brace:
+                raise ValueError(f"line {number}: bad labels in {line[:200]!r}")
+            labels = _split_labels(line[brace + 1 : close]) or _labels(line, brace, close, number)
+            rest = line[close + 1 :]
+        else:
+            name = line[:space] if space != -1 else line
+            if wanted is not None and name not in wanted:
+                continue
+            rest = line[len(name) :]
+        fields = rest.split()
+        if not name or not fields:
+            raise ValueError(f"line {number}: no value in {line[:200]!r}")
+        try:
+            value_f = float(fields[0])
+        except ValueError:
+            raise ValueError(f"line {number}: bad value in {line[:200]!r}") from None
+        out.append(Sample(name, labels, value_f))
+    return out
 
 
 # ---------------------------------------------------------------- local
@@ -135,14 +230,16 @@ class LocalSource:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         # Deferred: the exporter's machinery (gRPC, the collectors) is for this source only.
-        from podres_exporter.reader import NodeReader
+        from podres_exporter.reader import NodeReader, enabled_collectors
 
         self.settings = settings
         self.description = f"kubelet {settings.kubelet_socket}"
         self.origin = node_name
         check_socket(settings.kubelet_socket)
+        # Only the collectors behind the metrics top shows: their sources are all it reads.
+        chosen = [c for c in enabled_collectors(settings) if c.name not in UNSHOWN_COLLECTORS]
         self._reader = NodeReader.from_settings(
-            settings, gpu_backend=gpu_backend, wall_clock=wall_clock
+            settings, gpu_backend=gpu_backend, enabled=chosen, wall_clock=wall_clock
         )
         self._view: NodeView | None = None
         self._generation = 0
@@ -169,6 +266,49 @@ class LocalSource:
         self._view = view
         families = [*self._reader.families(view, __version__), snapshot_age(view, seen.taken_at)]
         return Reading(samples_from_families(families), seen.taken_at, self.origin)
+
+    def read_with_busy(
+        self,
+        sample_s: float,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Reading:
+        """A reading with each exclusive CPU's busy share over ``sample_s`` (:data:`BUSY_RATIO`).
+
+        Per-CPU time is read from procfs before and ``sample_s`` after the reading starts
+        (the kubelet read happens in between): one reading, not two, for ``--once``.
+        Without procfs the reading has no busy shares.
+        """
+        from podres_exporter.errors import SourceError
+        from podres_exporter.sources.procfs import read_cpu_times
+
+        procfs = self.settings.path_procfs
+        try:
+            before, started = read_cpu_times(procfs), clock()
+        except SourceError:
+            return self.read()
+        reading = self.read()
+        sleep(max(0.0, sample_s - (clock() - started)))
+        try:
+            after, elapsed = read_cpu_times(procfs), clock() - started
+        except SourceError:
+            return reading
+        ratios: list[Sample] = []
+        for s in reading.samples:
+            if s.name != BUSY_COUNTER:
+                continue
+            try:
+                cpu = int(s.labels.get("cpu", ""))
+            except ValueError:
+                continue
+            if cpu not in before.busy or cpu not in after.busy:
+                continue
+            span = after.total[cpu] - before.total[cpu]
+            span = span if span > 0 else elapsed  # a procfs whose clock stands still
+            rise = after.busy[cpu] - before.busy[cpu]
+            ratios.append(Sample(BUSY_RATIO, s.labels, min(1.0, max(0.0, rise / span))))
+        return Reading((*reading.samples, *ratios), reading.at, reading.origin)
 
     def close(self) -> None:
         self._reader.close()
@@ -226,17 +366,49 @@ class ExporterSource:
         self._timeout = timeout_s
         self._clock = clock
 
-    def read(self) -> Reading:
+    def read(self, wanted: Container[str] = WANTED) -> Reading:
+        """The samples top reads (``wanted``: these only); FetchError when there are none."""
         what = f"the exporter at {self.url} (--exporter)"
         body = _get(self.url, what, self._timeout)
         at = self._clock()
         try:
-            samples = samples_from_families(text_string_to_metric_families(body.decode()))
+            samples = tuple(parse_exposition(body.decode(), wanted))
         except (ValueError, UnicodeDecodeError) as err:
             raise _error(f"{what} served no Prometheus text: {err}", exit_code=1) from err
-        if not any(s.name.startswith("podres_") for s in samples):
+        if wanted is WANTED and not any(s.name.startswith("podres_") for s in samples):
             raise _error(f"{what} serves no podres_ metrics: is it a podres exporter?", exit_code=1)
         return Reading(samples, at, self.origin)
+
+    def cpu_stamp(self) -> float | None:
+        """When the exporter last read CPU times, from one GET (its body is not parsed)."""
+        body = _get(self.url, f"the exporter at {self.url} (--exporter)", self._timeout)
+        m = _CPU_STAMP_LINE.search(body)
+        try:
+            return float(m.group(1)) if m else None
+        except ValueError:
+            return None
+
+    def read_after_poll(
+        self,
+        first: Reading,
+        wait_s: float,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Reading:
+        """A reading of the exporter's next view: taken once it has read CPU times since
+        ``first`` (its next poll), or after ``wait_s`` whatever it serves.
+
+        The exporter's busy counters move only when it polls; two reads of one view say
+        nothing about busy shares.
+        """
+        then = cpu_stamp(first)
+        deadline = clock() + wait_s
+        while then is not None and clock() < deadline:
+            if self.cpu_stamp() != then:
+                break
+            sleep(min(POLL_CHECK_S, max(0.0, deadline - clock())))
+        return self.read()
 
     def close(self) -> None:
         pass

@@ -27,6 +27,7 @@ from podres_exporter.errors import ConfigError, FetchError
 from podres_exporter.options import duration
 from podres_exporter.settings import build as build_settings
 from podres_exporter.top.fetch import (
+    BUSY_ONLY,
     ExporterSource,
     LocalSource,
     PrometheusSource,
@@ -41,8 +42,11 @@ OUTPUTS = ("table", "wide", "json")
 DEFAULT_INTERVAL = "2s"
 # --interval at most an hour: a refresh rarer than that shows nothing live.
 INTERVAL = duration(max_s=3600.0)
-# --once: the least time between the two readings behind the busy shares.
-BUSY_SAMPLE_S = 1.0
+# --once: the time over which the local source measures busy shares.
+BUSY_SAMPLE_S = 0.25
+# --once --exporter: how long top waits for the exporter's next poll (the second reading
+# of its busy counters), unless --interval is longer.
+EXPORTER_WAIT_S = 30.0
 # Width of a frame printed off a terminal (no COLUMNS): room for every column.
 PIPE_WIDTH = {"table": 160, "wide": 240}
 
@@ -134,7 +138,11 @@ def add_top_parser(subparsers: Any) -> None:
         help="table, wide (more columns) or json",
     )
     show.add_argument(
-        "--once", action="store_true", help="print one frame and exit (the default off a terminal)"
+        "--once",
+        action="store_true",
+        help="print one frame and exit (the default off a terminal); BUSY is measured over "
+        f"{BUSY_SAMPLE_S:g} s locally, or over the exporter's next poll with --exporter "
+        f"(waited for up to {EXPORTER_WAIT_S:g} s, or --interval if longer)",
     )
     show.add_argument(
         "--interval",
@@ -227,10 +235,22 @@ def read_once(
 ) -> tuple[Reading, Reading | None]:
     """A reading and, when busy shares need one, an earlier one to compare it with.
 
-    The second reading is taken ``BUSY_SAMPLE_S`` (at most ``interval_s``) after the first,
-    and re-taken until the source has read CPU times again, for at most ``interval_s``
-    (an exporter polls on its own schedule; without a new poll in time, busy is unknown).
+    The local source measures busy shares itself over ``BUSY_SAMPLE_S`` (one reading).
+    An exporter's busy counters move only when it polls: the second reading is its next
+    view, waited for up to ``EXPORTER_WAIT_S`` (or ``interval_s`` if longer); an exporter
+    that polls less often than that shows busy as unknown. Any other source is read
+    again after ``BUSY_SAMPLE_S`` (at most ``interval_s``), until it has read CPU times
+    again, for at most ``interval_s``.
     """
+    if isinstance(source, LocalSource):
+        return source.read_with_busy(min(BUSY_SAMPLE_S, interval_s), sleep=sleep, clock=clock), None
+    if isinstance(source, ExporterSource):
+        # The baseline needs the busy counters only: the rest is read from the next view.
+        first = source.read(BUSY_ONLY)
+        if not needs_second_reading(first):
+            return source.read(), None
+        wait = max(EXPORTER_WAIT_S, interval_s)
+        return source.read_after_poll(first, wait, sleep=sleep, clock=clock), first
     first = source.read()
     if not needs_second_reading(first):
         return first, None

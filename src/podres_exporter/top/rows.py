@@ -302,6 +302,14 @@ def _group(reading: Reading) -> dict[str, _Index]:
     return nodes
 
 
+def cpu_stamp(reading: Reading) -> float | None:
+    """When the source behind ``reading`` last read CPU times (its first node's), if it says."""
+    for s in reading.samples:
+        if s.name == CPU_SOURCE_STAMP and s.labels.get("source") == "cpu":
+            return s.value
+    return None
+
+
 def _cpu_stamp(index: _Index) -> float | None:
     for s in index.get(CPU_SOURCE_STAMP):
         if s.labels.get("source") == "cpu":
@@ -309,7 +317,8 @@ def _cpu_stamp(index: _Index) -> float | None:
     return None
 
 
-def _busy_key(labels: Mapping[str, str]) -> tuple[str, str, str, str]:
+def busy_key(labels: Mapping[str, str]) -> tuple[str, str, str, str]:
+    """The CPU and holder a busy sample is about: (cpu, namespace, pod, container)."""
     return (
         labels.get("cpu", ""),
         labels.get("namespace", ""),
@@ -330,7 +339,7 @@ def _busy_ratios(
     """
     direct = current.get(BUSY_RATIO)
     if direct:
-        return {_busy_key(s.labels): min(1.0, max(0.0, s.value)) for s in direct}
+        return {busy_key(s.labels): min(1.0, max(0.0, s.value)) for s in direct}
     if previous is None:
         return {}
     now_stamp, then_stamp = _cpu_stamp(current), _cpu_stamp(previous)
@@ -340,10 +349,10 @@ def _busy_ratios(
         span = elapsed_s
     if span is None or span <= 0:
         return {}
-    before = {_busy_key(s.labels): s.value for s in previous.get(BUSY_COUNTER)}
+    before = {busy_key(s.labels): s.value for s in previous.get(BUSY_COUNTER)}
     out: dict[tuple[str, str, str, str], float] = {}
     for s in current.get(BUSY_COUNTER):
-        key = _busy_key(s.labels)
+        key = busy_key(s.labels)
         if key in before and s.value >= before[key]:
             out[key] = min(1.0, (s.value - before[key]) / span)
     return out
