@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import http.client
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,15 +56,15 @@ SITE = Site(
     index=Index("t", "0", "s", "h", "r"),
 )
 
-Serve = Callable[[WebConfigProvider], WebServer]
+Serve = Callable[..., WebServer]
 
 
 @pytest.fixture
 def serve() -> Iterator[Serve]:
     servers: list[WebServer] = []
 
-    def start(provider: WebConfigProvider) -> WebServer:
-        server = WebServer(("127.0.0.1", 0), SITE, web_config=provider)
+    def start(provider: WebConfigProvider, limits: Limits | None = None) -> WebServer:
+        server = WebServer(("127.0.0.1", 0), SITE, web_config=provider, limits=limits or Limits())
         server.start("auth-http")
         servers.append(server)
         return server
@@ -74,9 +75,13 @@ def serve() -> Iterator[Serve]:
 
 
 def request(
-    server: WebServer, path: str, headers: dict[str, str] | None = None, method: str = "GET"
+    server: WebServer,
+    path: str,
+    headers: dict[str, str] | None = None,
+    method: str = "GET",
+    timeout: float = 10,
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
     try:
         conn.request(method, path, headers=headers or {})
         resp = conn.getresponse()
@@ -141,15 +146,55 @@ def test_configured_headers_are_on_every_response(serve: Serve) -> None:
         assert headers["Server"] == "podres"
 
 
-def test_the_password_check_runs_in_a_pool_thread_not_on_the_loop(serve: Serve) -> None:
-    """bcrypt takes tens of milliseconds: authorized() is called from a worker thread,
-    never from the event loop's thread."""
+def test_the_password_check_runs_in_the_auth_pool_not_on_the_loop(serve: Serve) -> None:
+    """bcrypt takes tens of milliseconds: authorized() is called from the auth pool's
+    thread, never from the event loop's; a missing header and a remembered login are
+    answered without it."""
     config = protected()
     server = serve(lambda: config)
-    for headers in (GOOD, basic("prom", b"wrong"), {}):
+    for headers in (GOOD, basic("prom", b"wrong"), {}, GOOD):
         request(server, "/metrics", headers)
-    assert len(config.threads) == 3
-    assert all(name.startswith("auth-http-worker") for name in config.threads), config.threads
+    assert len(config.threads) == 2
+    assert all(name.startswith("auth-http-auth") for name in config.threads), config.threads
+
+
+def test_a_remembered_login_and_the_probes_do_not_wait_for_bcrypt(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The auth pool stuck in slow bcrypt checks and its queue full (a flood of wrong
+    passwords): a remembered login and the probes are answered at once, a malformed
+    header is 401 at once, and one more check is 503 with Retry-After at once. The
+    requests' 3 s timeout is the pass mark; the stuck checks hold for 10 s."""
+    config = protected()
+    server = serve(lambda: config, Limits(auth_workers=1, max_pending_auth=2))
+    assert request(server, "/metrics", GOOD)[0] == 200  # now remembered
+    release = threading.Event()
+    real = bcrypt.checkpw
+
+    def slow_checkpw(password: bytes, hashed: bytes) -> bool:
+        release.wait(10)
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", slow_checkpw)
+    wrong = basic("prom", b"wrong")
+    with ThreadPoolExecutor(2) as clients:
+        stuck = [clients.submit(request, server, "/metrics", wrong) for _ in range(2)]
+        try:
+            deadline = time.monotonic() + 5
+            while server._state.pending_auth < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server._state.pending_auth == 2
+            assert request(server, "/metrics", GOOD, timeout=3)[::2] == (200, b"up 1\n")
+            assert request(server, "/healthz", timeout=3)[::2] == (200, b"ok\n")
+            assert request(server, "/metrics", {"Authorization": "Basic !!"}, timeout=3)[0] == 401
+            assert request(server, "/metrics", timeout=3)[0] == 401
+            status, headers, _ = request(server, "/metrics", wrong, timeout=3)
+            assert (status, headers["Retry-After"]) == (503, "1")
+            assert headers["X-Frame-Options"] == "deny"
+            assert not any(f.done() for f in stuck)
+        finally:
+            release.set()
+        assert [f.result()[0] for f in stuck] == [401, 401]
 
 
 def test_slow_password_checks_do_not_delay_the_probes(serve: Serve) -> None:

@@ -223,15 +223,48 @@ def test_an_oversized_request_head_is_431_and_closed(serve: Serve) -> None:
     assert get(server) == 200
 
 
-def test_over_the_cap_a_new_connection_gets_503_and_is_closed(serve: Serve) -> None:
-    """max_connections open: the next one is answered 503 at once and closed; once one
-    closes, new connections are served again."""
-    server = serve(limits=Limits(max_connections=3))
+def test_a_head_of_many_short_lines_over_the_limit_is_431(serve: Serve) -> None:
+    """The head's limit is on the whole head, not on each line."""
+    server = serve()
+    with connect(server) as sock:
+        lines = b"".join(b"X-%d: v\r\n" % i for i in range(QUICK.max_head_bytes // 8))
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + lines + b"\r\n")
+        assert read_response(sock)[0] == 431
+        assert closed_by_server(sock, 5)
+
+
+def test_at_the_cap_a_new_connection_closes_the_longest_idle_one(serve: Serve) -> None:
+    """max_connections open and idle (one kept alive after a request, two that sent
+    nothing): a new connection is served, and the one idle longest is closed for it,
+    so a client holding idle connections cannot lock out a probe."""
+    server = serve(limits=Limits(max_connections=3, head_timeout_s=30, idle_timeout_s=30))
     held = [connect(server) for _ in range(3)]
     try:
-        for sock in held:  # each answered: each is counted
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert read_response(sock)[0] == 200
+        held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(held[0])[0] == 200  # then idle: back at the end of the line
+        time.sleep(0.1)  # every one accepted before the newcomer
+        with connect(server) as newcomer:
+            newcomer.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(newcomer)[0] == 200
+        assert closed_by_server(held[1], 5)
+        assert not closed_by_server(held[0], 0.2)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_over_the_cap_of_busy_connections_a_new_one_gets_503_and_is_closed(
+    serve: Serve,
+) -> None:
+    """max_connections all busy answering: the next one is answered 503 at once and
+    closed; once they finish, new connections are served again."""
+    gate = threading.Event()
+    server = serve(site(gate=gate), limits=Limits(max_connections=3))
+    held = [connect(server) for _ in range(3)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.2)  # each request read and waiting for the site
         with connect(server) as surplus:
             status, headers, body = read_response(surplus)
             assert (status, headers["Connection"], body) == (
@@ -240,12 +273,12 @@ def test_over_the_cap_a_new_connection_gets_503_and_is_closed(serve: Serve) -> N
                 b"too many connections\n",
             )
             assert closed_by_server(surplus, 5)
-        held.pop().close()
-        deadline = time.monotonic() + 5
-        while get(server) != 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        gate.set()
+        for sock in held:
+            assert read_response(sock)[0] == 200
         assert get(server) == 200
     finally:
+        gate.set()
         for sock in held:
             sock.close()
 
@@ -339,9 +372,21 @@ def test_a_request_with_a_body_is_refused(serve: Serve, header: str) -> None:
         b"GET /metrics\r\n\r\n",
         b"GET  /metrics HTTP/1.1\r\n\r\n",
         b"GET /metrics HTTP/2.0\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nNo-Colon\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nName : v\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nNo-Colon\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nName : v\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nA: b\r\n folded\r\n\r\n",
+        # request smuggling: whatever a proxy in front could read differently
+        b"GET /metrics HTTP/1.1\r\nHost: x\nContent-Length: 5\r\n\r\nhello",
+        b"GET /metrics HTTP/1.1\r\nHost: x\rContent-Length: 5\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\x00y\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nA: b\x01c\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nA: b\x7f\r\n\r\n",
+        b"GET /met\x00rics HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nA(b): v\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n: v\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
     ],
 )
 def test_a_malformed_request_is_400_and_closed(serve: Serve, head: bytes) -> None:
@@ -352,6 +397,37 @@ def test_a_malformed_request_is_400_and_closed(serve: Serve, head: bytes) -> Non
         status, headers, body = read_response(sock)
         assert (status, headers["Connection"], body) == (400, "close", b"bad request\n")
         assert closed_by_server(sock, 5)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /metrics HTTP/1.1\nHost: x\n\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\n\n",
+        b"\n",
+    ],
+)
+def test_a_head_of_bare_line_feeds_is_400_before_its_deadline(serve: Serve, head: bytes) -> None:
+    """A head whose lines end in a bare LF is refused as soon as such a line arrives,
+    not left to wait for a CRLF CRLF until the head's deadline."""
+    server = serve(limits=Limits(head_timeout_s=30))
+    with connect(server, timeout=5) as sock:
+        sock.sendall(head)
+        assert read_response(sock)[0] == 400  # the 5 s socket timeout is the pass mark
+        assert closed_by_server(sock, 5)
+
+
+def test_http_1_0_needs_no_host_and_lowercase_names_and_tabs_pass(serve: Serve) -> None:
+    """What strictness must not refuse: HTTP/1.0 without Host, any case of a header
+    name, a tab inside a value."""
+    server = serve()
+    for head in (
+        b"GET /healthz HTTP/1.0\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nuser-agent: a\tb\r\n\r\n",
+    ):
+        with connect(server) as sock:
+            sock.sendall(head)
+            assert read_response(sock)[0] == 200
 
 
 def test_http_1_0_closes_unless_asked_to_keep_alive(serve: Serve) -> None:
@@ -374,8 +450,8 @@ def test_pipelined_requests_are_answered_in_order(serve: Serve) -> None:
     server = serve()
     with connect(server) as sock:
         sock.sendall(
-            b"GET /healthz HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\n\r\n"
-            b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n"
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         )
         answers = [read_response(sock) for _ in range(3)]
         assert [(s, b) for s, _, b in answers] == [
@@ -433,7 +509,7 @@ def test_closing_after_a_large_response_leaves_no_error_behind(
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
                 sock.settimeout(10)
                 sock.connect(("127.0.0.1", server.port))
-                sock.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 received = b""
                 while chunk := sock.recv(65536):
                     received += chunk

@@ -133,6 +133,14 @@ def test_https_scrape_with_the_configured_certificate(
         conn.close()
 
 
+def test_the_url_says_https_when_tls_is_in_force(serve: Callable[..., WebServer], pki: Pki) -> None:
+    """The URL the daemons log at start: https:// with TLS configured, http:// without."""
+    config = WebConfig(tls=server_context(pki, pki.server_a))
+    assert serve(lambda: config).url.startswith("https://127.0.0.1:")
+    assert serve(lambda: None).url.startswith("http://127.0.0.1:")
+    assert serve(WebConfig).url.startswith("http://127.0.0.1:")
+
+
 def test_a_new_certificate_is_served_to_the_next_connection(
     serve: Callable[..., WebServer], pki: Pki
 ) -> None:

@@ -298,7 +298,16 @@ REFUSED = {
     ),
     "a header with a line break": (
         'http_server_config:\n  headers: {Content-Security-Policy: "a\\r\\nSet-Cookie: x"}\n',
-        "http_server_config.headers.Content-Security-Policy: holds a control character",
+        "http_server_config.headers.Content-Security-Policy: holds '\\r' (U+000D): a header "
+        "value must be printable ASCII",
+    ),
+    "a header beyond Latin-1": (
+        'http_server_config:\n  headers: {Content-Security-Policy: "\u00e9\u4e2d"}\n',
+        "http_server_config.headers.Content-Security-Policy: holds 'é' (U+00E9)",
+    ),
+    "a header with a line separator": (
+        'http_server_config:\n  headers: {X-XSS-Protection: "1\u2028x"}\n',
+        "http_server_config.headers.X-XSS-Protection: holds '\\u2028' (U+2028)",
     ),
     "a header as a number": (
         "http_server_config:\n  headers: {Strict-Transport-Security: 300}\n",
@@ -392,7 +401,54 @@ def test_a_yaml_error_does_not_echo_the_line(tmp_path: Path, pki: Pki) -> None:
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     """A file that is not there, or a directory, cannot be read: the message says why."""
     assert "cannot be read: No such file or directory" in refusal(tmp_path / "absent.yml")
-    assert "cannot be read: Is a directory" in refusal(tmp_path)
+    assert "cannot be read: not a regular file" in refusal(tmp_path)
+
+
+def test_files_that_are_not_regular_files_are_refused(tmp_path: Path) -> None:
+    """A FIFO (which would block the start), /dev/zero (endless) and a directory, as the
+    web-config file or as a file it names: refused at once, naming the key."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        assert "cannot be read: not a regular file" in refusal(path)
+        tls = {"cert_file": str(path), "key_file": str(path)}
+        message = refusal(write_config(tmp_path, {"tls_server_config": tls}))
+        assert f"tls_server_config.cert_file: cannot read {path}: not a regular file" in message
+
+
+def test_a_file_over_1_mib_is_refused(tmp_path: Path) -> None:
+    """The web-config or a certificate file over 1 MiB is refused naming its key; one of
+    exactly 1 MiB is read."""
+    big = tmp_path / "big.yml"
+    big.write_bytes(b"#" * (1 << 20) + b"\n")
+    assert "cannot be read: larger than 1048576 bytes" in refusal(big)
+    (tmp_path / "big.crt").write_bytes(b"#" * ((1 << 20) + 1))
+    tls = {"cert_file": "big.crt", "key_file": "big.crt"}
+    message = refusal(write_config(tmp_path, {"tls_server_config": tls}))
+    assert "tls_server_config.cert_file: cannot read " in message
+    assert "larger than 1048576 bytes" in message
+    exact = tmp_path / "exact.yml"
+    exact.write_bytes(b"basic_auth_users: {}\n" + b"#" * ((1 << 20) - 21))
+    assert exact.stat().st_size == 1 << 20
+    assert not load_web_config(str(exact)).auth_required
+
+
+def test_a_nul_byte_in_a_path_is_refused_by_key(tmp_path: Path) -> None:
+    """A NUL byte in cert_file is a ConfigError naming the key (no ValueError), and the
+    watcher's check of such a path raises nothing either."""
+    path = write_config(tmp_path, {"tls_server_config": {"cert_file": "a\0b", "key_file": "k"}})
+    message = refusal(path)
+    assert f"tls_server_config.cert_file: cannot read {str(tmp_path / 'a')!r}"[:-1] in message
+    assert "\\x00b': embedded null byte" in message
+    assert "\0" not in message
+    assert webconfig._stat("a\0b") is None
+
+
+def test_deeply_nested_yaml_is_refused(tmp_path: Path) -> None:
+    """5,000 nested lists: a ConfigError, not a RecursionError."""
+    path = tmp_path / "deep.yml"
+    path.write_text("[" * 5000 + "]" * 5000 + "\n")
+    assert "nests too deeply" in refusal(path)
 
 
 def test_missing_certificate_files_name_the_key_and_path(tls_dir: Path) -> None:
@@ -653,24 +709,61 @@ def test_no_users_let_everyone_in() -> None:
 
 
 def test_basic_auth(checkpw: CountingCheckpw) -> None:
-    """The right password passes; a wrong one, another scheme and malformed headers do
-    not; each refusal costs one bcrypt check."""
+    """The right password passes; a wrong password or user costs one bcrypt check; a
+    header that is not Basic credentials is refused at once, as the toolkit does (its
+    timing tells only its syntax, which the sender knows)."""
     config = _users(prometheus=HASH.encode())
     assert config.authorized(basic("prometheus", PASSWORD))
-    refused = [
+    for header in (basic("prometheus", b"wrong"), basic("Prometheus", PASSWORD)):
+        before = len(checkpw.hashes)
+        assert config.well_formed(header)
+        assert not config.authorized(header), header
+        assert len(checkpw.hashes) == before + 1, header
+    malformed: list[str | None] = [
         None,
         "",
-        basic("prometheus", b"wrong"),
-        basic("Prometheus", PASSWORD),
         "Bearer " + base64.b64encode(b"prometheus:" + PASSWORD).decode(),
         "Basic not-base64!",
         "Basic " + base64.b64encode(b"prometheus").decode(),  # no colon
         "Basic " + base64.b64encode(b"\xff\xfe:" + PASSWORD).decode(),  # not UTF-8
     ]
-    for header in refused:
-        before = len(checkpw.hashes)
-        assert not config.authorized(header), header
-        assert len(checkpw.hashes) == before + 1, header
+    before = len(checkpw.hashes)
+    for bad in malformed:
+        assert not config.well_formed(bad), bad
+        assert not config.authorized(bad), bad
+    assert len(checkpw.hashes) == before
+
+
+def test_cached_knows_only_remembered_logins_and_costs_no_bcrypt(
+    checkpw: CountingCheckpw,
+) -> None:
+    """cached() is true for a login that passed lately (and with no users), false for
+    any other, and never runs bcrypt: the server asks it on its event loop."""
+    config = _users(prometheus=HASH.encode())
+    good = basic("prometheus", PASSWORD)
+    assert not config.cached(good)
+    assert not config.cached(None) and not config.cached("Basic !!")
+    assert checkpw.hashes == []
+    assert config.authorized(good)
+    assert config.cached(good)
+    assert not config.cached(basic("prometheus", b"wrong"))
+    assert len(checkpw.hashes) == 1
+    assert WebConfig().cached(None)
+
+
+def test_header_values_are_encoded_once_and_must_be_printable_ascii() -> None:
+    """A WebConfig holds its headers as wire bytes; a value that cannot go on the wire
+    fails its construction, never a response."""
+    config = WebConfig(headers=(("X-Frame-Options", "deny"), ("X-XSS-Protection", "1;\tx")))
+    assert config.header_bytes == b"X-Frame-Options: deny\r\nX-XSS-Protection: 1;\tx\r\n"
+    for name, value in (
+        ("X-A", "\u00e9\u4e2d"),
+        ("X-A", "a\u2028b"),
+        ("X-A", "a\nb"),
+        ("X A", "v"),
+    ):
+        with pytest.raises(ValueError, match="printable ASCII"):
+            WebConfig(headers=((name, value),))
 
 
 def test_an_unknown_user_costs_a_bcrypt_check_too(checkpw: CountingCheckpw) -> None:
@@ -887,13 +980,53 @@ def test_reload_reads_now(served: tuple[Path, WebConfigWatcher]) -> None:
     first = watcher.current()
     with capture_logs() as logs:
         assert watcher.reload() is True
+        assert watcher.current() is first  # the same bytes: the same configuration
+        replace(path, path.read_bytes() + b"# a comment\n")
+        assert watcher.reload() is True
         assert watcher.current() is not first
         replace(path, b"nonsense: 1\n")
         assert watcher.reload() is False
         assert watcher.reload() is False
+    assert len(events(logs, "web_config_unchanged")) == 1
     assert len(events(logs, "web_config_reloaded")) == 1
     assert len(events(logs, "web_config_reload_failed")) == 2
     assert "nonsense: unknown key" in events(logs, "web_config_reload_failed")[0]["error"]
+
+
+def test_a_reload_that_changes_nothing_keeps_the_remembered_logins(
+    served: tuple[Path, WebConfigWatcher], tls_dir: Path, pki: Pki
+) -> None:
+    """SIGHUP with the same file and certificates: web_config_unchanged, not reloaded,
+    and a scraper's remembered login stays remembered; a renewed certificate is a
+    change even when the web-config file is the same."""
+    _, watcher = served
+    login = basic("p", PASSWORD)
+    assert watcher.current().authorized(login)
+    with capture_logs() as logs:
+        watcher.reload()
+        assert watcher.current().cached(login)
+        renewed = issue(pki.ca, "localhost")
+        replace(tls_dir / "server.crt", renewed.cert_pem)
+        replace(tls_dir / "server.key", renewed.key_pem)
+        watcher.reload()
+    assert [e["event"] for e in logs] == ["web_config_unchanged", "web_config_reloaded"]
+    assert presented(watcher, pki) == renewed.der
+
+
+def test_a_header_refused_on_reload_keeps_the_last_good(
+    served: tuple[Path, WebConfigWatcher],
+) -> None:
+    """A header value beyond ASCII in a new version: refused naming the key, and the
+    configuration in force stays."""
+    path, watcher = served
+    first = watcher.current()
+    text = path.read_text() + 'http_server_config:\n  headers: {X-XSS-Protection: "\u00e9"}\n'
+    replace(path, text.encode())
+    with capture_logs() as logs:
+        assert watcher.reload() is False
+    assert watcher.current() is first
+    (failed,) = events(logs, "web_config_reload_failed")
+    assert "http_server_config.headers.X-XSS-Protection: holds 'é'" in failed["error"]
 
 
 def test_the_thread_notices_changes(

@@ -9,8 +9,9 @@ prometheus_client decides), the Prometheus text format otherwise; gzip when
 ``Accept-Encoding`` allows it (:func:`accepts_gzip`).
 
 The server (:class:`WebServer`) is one asyncio event loop in one thread, which holds
-every connection, and two small fixed thread pools that run the synchronous parts (the
-:class:`Site` callables, the web-config provider, the bcrypt check of basic auth). A
+every connection, and three small fixed thread pools that run the synchronous parts
+(the :class:`Site` callables; the probes and the web-config provider; the bcrypt checks
+of basic auth, with a bounded queue: a remembered login never waits for them). A
 slow or idle client therefore costs a socket and a few kilobytes, never a thread, and
 every resource one client can hold is bounded by :class:`Limits`. TLS, basic auth and
 extra response headers come from a :data:`~podres_exporter.webconfig.WebConfigProvider`,
@@ -24,9 +25,11 @@ import contextlib
 import errno
 import gzip
 import html
+import re
 import resource
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -180,10 +183,14 @@ def accepts_gzip(header: str | None) -> bool:
 class Limits:
     """What one client may hold of the server, and for how long.
 
-    ``max_connections`` (4096): connections open at once, whatever their state; one
-    more is answered ``503`` and closed. Room for a Prometheus pair, the kubelet's
-    probes and a thousand or so idle or slow clients, at a few kilobytes each. Lowered
-    (one log event) when the process's open-file limit cannot hold it.
+    ``max_connections`` (4096): connections open at once. When they are all open, a
+    new one takes the place of the connection that has waited longest without a
+    request in flight (for its head, or idle between requests), which is closed; only
+    when every connection is busy answering is the new one answered ``503`` and
+    closed. So a client holding idle connections cannot lock out the kubelet's probes
+    or a scrape. Room for a Prometheus pair, the probes and a thousand or so idle or
+    slow clients, at a few kilobytes each. Lowered (one log event) when the process's
+    open-file limit cannot hold it.
     ``backlog`` (1024): the listen queue; the kernel caps it at ``net.core.somaxconn``.
     ``head_timeout_s`` (10 s): a request head must be complete this long after the
     connection was accepted (after the TLS handshake), or after its first byte on a
@@ -196,10 +203,15 @@ class Limits:
     ``tls_handshake_timeout_s`` (10 s): the TLS handshake's deadline.
     ``write_timeout_s`` (30 s): a response must be handed to the kernel within this,
     or the connection is dropped (a client that does not read).
-    ``workers`` (4): threads for ``/metrics``, ``/`` and the rest (basic auth's bcrypt
-    check included); ``probe_workers`` (2): threads for ``/healthz``, ``/readyz`` and
-    the web-config provider, so that slow scrapes or a flood of wrong passwords never
-    delay the kubelet's probes.
+    ``workers`` (4): threads for ``/metrics``, ``/`` and the rest; ``probe_workers``
+    (2): threads for ``/healthz``, ``/readyz`` and the web-config provider, so that
+    slow scrapes never delay the kubelet's probes.
+    ``auth_workers`` (1): threads for basic auth's bcrypt checks (the config runs one
+    at a time anyway), and ``max_pending_auth`` (32): checks waiting for them. A login
+    checked lately is recognised on the loop and never waits for a bcrypt check; a
+    request past ``max_pending_auth`` (a flood of wrong passwords) is answered ``503``
+    with ``Retry-After`` at once: not ``401``, which would tell a right password that
+    it is wrong.
     ``stop_grace_s`` (1.5 s): how long :meth:`WebServer.stop` lets responses in flight
     finish before it drops them.
     """
@@ -213,6 +225,8 @@ class Limits:
     write_timeout_s: float = 30.0
     workers: int = 4
     probe_workers: int = 2
+    auth_workers: int = 1
+    max_pending_auth: int = 32
     stop_grace_s: float = 1.5
 
     def __post_init__(self) -> None:
@@ -324,23 +338,43 @@ class _Request:
         return "transfer-encoding" in self.headers or length != "0"
 
 
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.6.2
+_NOT_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # controls but tab (RFC 9110 5.5)
+_NOT_IN_PART = re.compile(rb"[\x00-\x20\x7f]")  # request-line parts: no control, no space
+
+
 def _parse_head(head: bytes) -> _Request | None:
-    """The request in ``head`` (through its blank line); None when it is malformed."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or parts[2] not in _VERSIONS or not parts[0] or not parts[1]:  # noqa: PLR2004 - method, target, version
+    """The request in ``head`` (through its blank line); None when it is malformed.
+
+    Strict, so that no proxy in front can read a different request into the same bytes
+    (request smuggling): every line ends in CRLF, with no other CR, LF or NUL; a header
+    name is a token, directly followed by its colon (no folded lines, RFC 9112 5.1,
+    5.2); a value holds no control byte but tab; HTTP/1.1 has exactly one ``Host``
+    (RFC 9112 3.2)."""
+    lines = head[:-4].split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if (
+        not head.endswith(b"\r\n\r\n")
+        or len(parts) != 3  # noqa: PLR2004 - method, target, version
+        or any(not p or _NOT_IN_PART.search(p) for p in parts)
+        or parts[2].decode("latin-1") not in _VERSIONS
+    ):
         return None
+    method, target, version = (p.decode("latin-1") for p in parts)
     headers: dict[str, str] = {}
+    hosts = 0
     for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        # No folded lines and no space before the colon (RFC 9112 5.1, 5.2).
-        if not sep or not name or name != name.strip(" \t"):
+        name, sep, raw = line.partition(b":")
+        if not sep or not _TOKEN.fullmatch(name):
             return None
-        key, value = name.lower(), value.strip(" \t")
+        raw = raw.strip(b" \t")
+        if _NOT_IN_VALUE.search(raw):
+            return None
+        key, value = name.decode("ascii").lower(), raw.decode("latin-1")
+        hosts += key == "host"
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    method, target, version = parts
+    if version == "HTTP/1.1" and hosts != 1:
+        return None
     return _Request(method, target.split("?", 1)[0], version, headers)
 
 
@@ -356,10 +390,9 @@ def _text(status: HTTPStatus, text: str, *headers: tuple[str, str]) -> _Response
     return _Response(status, f"{text}\n".encode(), _TEXT, headers)
 
 
-def _head_bytes(
-    response: _Response, *, connection: str | None, extra: tuple[tuple[str, str], ...]
-) -> bytes:
-    """The status line and headers of ``response``, ``extra`` (the web config's) last;
+def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) -> bytes:
+    """The status line and headers of ``response``, then ``extra`` (the web config's,
+    encoded when it was loaded: nothing here can fail to encode);
     ``connection``: the ``Connection`` header, if any (``close``, ``keep-alive``)."""
     status = response.status
     lines = [
@@ -370,23 +403,23 @@ def _head_bytes(
         f"Content-Length: {len(response.body)}",
     ]
     lines += [f"{k}: {v}" for k, v in response.headers]
-    lines += [f"{k}: {v}" for k, v in extra]
-    if connection is not None:
-        lines.append(f"Connection: {connection}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    ours = ("\r\n".join(lines) + "\r\n").encode("latin-1", "replace")
+    close = f"Connection: {connection}\r\n".encode("latin-1") if connection else b""
+    return ours + extra + close + b"\r\n"
 
 
-def _refusal(status: HTTPStatus, text: str, extra: tuple[tuple[str, str], ...]) -> bytes:
+def _refusal(status: HTTPStatus, text: str, extra: bytes, *headers: tuple[str, str]) -> bytes:
     """A whole response that closes its connection, for answers the loop gives itself."""
-    response = _text(status, text)
+    response = _text(status, text, *headers)
     return _head_bytes(response, connection="close", extra=extra) + response.body
 
 
 # ------------------------------------------------------------------------------ server
 
 
-def display_url(host: str, port: int) -> str:
-    """The URL a client on this host uses for a server bound to ``host``:``port``.
+def display_url(host: str, port: int, *, tls: bool = False) -> str:
+    """The URL a client on this host uses for a server bound to ``host``:``port``
+    (``https://`` when ``tls``).
 
     The wildcard addresses are shown as the loopback address of their family
     (``0.0.0.0`` as ``127.0.0.1``, ``::`` as ``[::1]``); an IPv6 host is bracketed.
@@ -395,7 +428,8 @@ def display_url(host: str, port: int) -> str:
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def _quiet_loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
@@ -417,7 +451,8 @@ def _drop(transport: asyncio.WriteTransport) -> None:
 
 @dataclass(eq=False, slots=True)
 class _Connection:
-    """One open connection: whether a request of it is in flight (stop lets it finish)."""
+    """One open connection: whether a request of it is in flight (stop lets it finish,
+    and the cap never closes it for a newcomer)."""
 
     task: asyncio.Task[None] | None = None
     busy: bool = False
@@ -432,6 +467,10 @@ class _State:
     config_failing: bool = False
     stopping: bool = False
     connections: set[_Connection] = field(default_factory=set)
+    # The connections with no request in flight, longest waiting first: the one to
+    # close when a new connection arrives at the cap.
+    idle: OrderedDict[_Connection, None] = field(default_factory=OrderedDict)
+    pending_auth: int = 0  # bcrypt checks submitted and not finished
 
 
 class WebServer:
@@ -474,6 +513,7 @@ class WebServer:
         self._stop_requested: asyncio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._probe_pool: ThreadPoolExecutor | None = None
+        self._auth_pool: ThreadPoolExecutor | None = None
 
     @property
     def port(self) -> int:
@@ -482,8 +522,14 @@ class WebServer:
 
     @property
     def url(self) -> str:
-        """The base URL clients use (see :func:`display_url`)."""
-        return display_url(str(self.server_address[0]), self.port)
+        """The base URL clients use (see :func:`display_url`): ``https://`` when the
+        configuration in force has TLS."""
+        config = self._config
+        if config is None and self._provider is not None:
+            with contextlib.suppress(Exception):  # failing: logged when a client asks
+                config = self._provider()
+        tls = config is not None and config.tls is not None
+        return display_url(str(self.server_address[0]), self.port, tls=tls)
 
     # ---------------------------------------------------------------- life cycle
 
@@ -494,6 +540,9 @@ class WebServer:
         self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
         self._probe_pool = ThreadPoolExecutor(
             self.limits.probe_workers, thread_name_prefix=f"{name}-probe"
+        )
+        self._auth_pool = ThreadPoolExecutor(
+            self.limits.auth_workers, thread_name_prefix=f"{name}-auth"
         )
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
@@ -520,7 +569,7 @@ class WebServer:
                 thread.join(timeout=self.limits.stop_grace_s + 2 * _CLOSE_TIMEOUT_S)
         if thread is None or not thread.is_alive():
             self._socket.close()
-        for pool in (self._pool, self._probe_pool):
+        for pool in (self._pool, self._probe_pool, self._auth_pool):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
 
@@ -590,30 +639,48 @@ class WebServer:
             if state.accept_failing:
                 state.accept_failing = False
                 log.info("http_accept_recovered")
-            if len(state.connections) >= self.max_connections:
+            at_cap = len(state.connections) >= self.max_connections
+            if at_cap != state.full:
+                state.full = at_cap
+                if at_cap:
+                    log.warning("http_connections_full", max_connections=self.max_connections)
+                else:
+                    log.info("http_connections_available", max_connections=self.max_connections)
+            if at_cap and not self._close_longest_idle():
                 self._refuse(sock)
             else:
-                if state.full:
-                    state.full = False
-                    log.info("http_connections_available", max_connections=self.max_connections)
                 conn = _Connection()
                 state.connections.add(conn)
+                state.idle[conn] = None
                 conn.task = loop.create_task(self._connection(conn, sock))
             await asyncio.sleep(0)  # let the new connection, and the others, run
 
+    def _close_longest_idle(self) -> bool:
+        """Close the connection that has waited longest with no request in flight, to
+        make room for a new one; False when every connection is busy answering."""
+        state = self._state
+        while state.idle:
+            conn, _ = state.idle.popitem(last=False)
+            if conn.task is None or conn.task.done():
+                continue
+            state.connections.discard(conn)
+            conn.task.cancel()  # its task drops the connection
+            log.debug("http_idle_connection_closed_for_new_one")
+            return True
+        return False
+
     def _refuse(self, sock: socket.socket) -> None:
         """503 and close, at once: a connection over the cap costs nothing more."""
-        if not self._state.full:
-            self._state.full = True
-            log.warning("http_connections_full", max_connections=self.max_connections)
         with sock:
             # What the client sent already is read first: closing a socket with unread
             # data resets the connection, and the reset could overtake the answer.
             with contextlib.suppress(OSError):
                 sock.recv(_DISCARD_BYTES)
-            extra = self._config.headers if self._config else ()
+            refusal = _refusal(
+                HTTPStatus.SERVICE_UNAVAILABLE, "too many connections", self._extra()
+            )
             with contextlib.suppress(OSError):
-                sock.send(_refusal(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections", extra))
+                sock.send(refusal)
 
     # ---------------------------------------------------------------- connections
 
@@ -651,6 +718,7 @@ class WebServer:
             log.warning("http_connection_failed", error=repr(err))
         finally:
             self._state.connections.discard(conn)
+            self._state.idle.pop(conn, None)
             if writer is not None:
                 _drop(writer.transport)
             else:
@@ -699,10 +767,13 @@ class WebServer:
                 return
             assert request is not None
             conn.busy = True
+            self._state.idle.pop(conn, None)
             try:
                 keep_alive = await self._respond(request, writer)
             finally:
                 conn.busy = False
+                if conn in self._state.connections:
+                    self._state.idle[conn] = None
             if not keep_alive or self._state.stopping:
                 await self._close(writer)
                 return
@@ -722,42 +793,61 @@ class WebServer:
     ) -> bytes | None:
         """The request head that starts with ``first``; None when the connection is to
         close (the client left or missed the head's deadline; a head too large is
-        answered 431)."""
+        answered 431, a line ending in a bare LF 400 at once)."""
         limits = self.limits
         try:
             async with asyncio.timeout(limits.head_timeout_s):
-                return first + await reader.readuntil(b"\r\n\r\n")
+                head = await self._head_lines(reader, first)
         except TimeoutError:
             log.debug("http_request_head_timeout", timeout_s=limits.head_timeout_s)
             return None
         except asyncio.LimitOverrunError:
-            extra = self._config.headers if self._config else ()
             status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
-            await self._refuse_and_close(
-                reader, writer, _refusal(status, "request head too large", extra)
-            )
+            refusal = _refusal(status, "request head too large", self._extra())
+            await self._refuse_and_close(reader, writer, refusal)
             return None
         except (asyncio.IncompleteReadError, OSError):
             return None  # the client closed or reset the connection
+        if head is None:
+            refusal = _refusal(HTTPStatus.BAD_REQUEST, "bad request", self._extra())
+            await self._refuse_and_close(reader, writer, refusal)
+        return head
+
+    async def _head_lines(self, reader: asyncio.StreamReader, first: bytes) -> bytes | None:
+        """The head's lines through the blank one; None at the first line that ends in a
+        bare LF (no waiting for a CRLF CRLF that will not come). LimitOverrunError past
+        ``max_head_bytes``."""
+        head = bytearray()
+        line = first if first.endswith(b"\n") else first + await reader.readuntil(b"\n")
+        while True:
+            head += line
+            if len(head) > self.limits.max_head_bytes:
+                raise asyncio.LimitOverrunError("request head too large", len(head))
+            if not line.endswith(b"\r\n"):
+                return None
+            if line == b"\r\n":
+                return bytes(head)
+            line = await reader.readuntil(b"\n")
+
+    def _extra(self) -> bytes:
+        """The configured response headers (of the last configuration the provider gave)."""
+        return self._config.header_bytes if self._config is not None else b""
 
     def _refusal_for(self, request: _Request | None) -> bytes | None:
         """The answer to a request the loop refuses itself (it then closes the connection)."""
-        extra = self._config.headers if self._config else ()
+        extra = self._extra()
         if request is None:
             return _refusal(HTTPStatus.BAD_REQUEST, "bad request", extra)
         if request.method not in _METHODS:
-            extra = (("Allow", "GET, HEAD"), *extra)
-            return _refusal(HTTPStatus.METHOD_NOT_ALLOWED, "only GET and HEAD are served", extra)
+            status = HTTPStatus.METHOD_NOT_ALLOWED
+            return _refusal(status, "only GET and HEAD are served", extra, ("Allow", "GET, HEAD"))
         if request.has_body:
             return _refusal(HTTPStatus.BAD_REQUEST, "a request body is not accepted", extra)
         return None
 
     async def _respond(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
         """Answer ``request`` (its work in a pool); whether the connection stays open."""
-        loop = asyncio.get_running_loop()
-        pool = self._probe_pool if request.path in _PROBES else self._pool
-        assert pool is not None
-        response, extra = await loop.run_in_executor(pool, self._answer, request)
+        response, extra = await self._response(request)
         keep_alive = request.keep_alive and not self._state.stopping
         if not keep_alive:
             connection: str | None = "close"
@@ -819,29 +909,63 @@ class WebServer:
         except (OSError, TimeoutError):
             _drop(writer.transport)
 
+    async def _response(self, request: _Request) -> tuple[_Response, bytes]:
+        """The response to ``request`` and the configured headers: the configuration from
+        the provider, the credentials checked (:meth:`_denial`), then the site's answer
+        from a pool (the probes' own for the probes)."""
+        try:
+            config = await self._current_config()
+        except Exception:  # noqa: BLE001 - logged by _ask_provider; answer 500, keep serving
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR), b""
+        extra = config.header_bytes if config is not None else b""
+        probe = request.path in _PROBES
+        if config is not None and config.auth_required and not probe:
+            denial = await self._denial(config, request.headers.get("authorization"))
+            if denial is not None:
+                return denial, extra
+        pool = self._probe_pool if probe else self._pool
+        assert pool is not None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(pool, self._answer, request), extra
+
+    async def _denial(self, config: WebConfig, authorization: str | None) -> _Response | None:
+        """None when ``authorization`` lets the request in, else the answer.
+
+        A login checked lately passes on the loop, waiting for nothing; a header that is
+        not well-formed Basic credentials is 401 at once; the rest wait for a bcrypt
+        check in the auth pool, unless ``max_pending_auth`` checks wait already: then
+        ``503`` with ``Retry-After`` at once (see :class:`Limits`)."""
+        if config.cached(authorization):
+            return None
+        if config.well_formed(authorization):
+            state = self._state
+            if state.pending_auth >= self.limits.max_pending_auth:
+                return _text(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    "too many logins being checked: retry",
+                    ("Retry-After", "1"),
+                )
+            assert self._auth_pool is not None
+            loop = asyncio.get_running_loop()
+            state.pending_auth += 1
+            try:
+                ok = await loop.run_in_executor(self._auth_pool, config.authorized, authorization)
+            finally:
+                state.pending_auth -= 1
+            if ok:
+                return None
+        challenge = ("WWW-Authenticate", 'Basic realm="podres"')
+        return _text(HTTPStatus.UNAUTHORIZED, "unauthorized", challenge)
+
     # ---------------------------------------------------------------- answers (in a pool)
 
-    def _answer(self, request: _Request) -> tuple[_Response, tuple[tuple[str, str], ...]]:
-        """The response to ``request`` and the configured headers; runs in a pool thread,
-        as it calls the provider, bcrypt and the site."""
+    def _answer(self, request: _Request) -> _Response:
+        """The site's response to ``request``; runs in a pool thread."""
         try:
-            config = self._ask_provider()
-        except Exception:  # noqa: BLE001 - logged by _ask_provider; answer 500, keep serving
-            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR), ()
-        extra = config.headers if config is not None else ()
-        if (
-            config is not None
-            and config.auth_required
-            and request.path not in _PROBES
-            and not config.authorized(request.headers.get("authorization"))
-        ):
-            challenge = ("WWW-Authenticate", 'Basic realm="podres"')
-            return _text(HTTPStatus.UNAUTHORIZED, "unauthorized", challenge), extra
-        try:
-            return self._route(request), extra
+            return self._route(request)
         except Exception as err:  # noqa: BLE001 - answer 500, keep serving
             log.error("http_request_failed", path=request.path, error=repr(err))
-            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR), extra
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR)
 
     def _route(self, request: _Request) -> _Response:
         site, path = self.site, request.path

@@ -26,6 +26,7 @@ import hmac
 import os
 import re
 import ssl
+import stat
 import tempfile
 import threading
 import time
@@ -78,45 +79,87 @@ class WebConfig:
     tls: ssl.SSLContext | None = None
     users: Mapping[str, bytes] = field(default_factory=dict, repr=False)  # no hash in a log
     headers: tuple[tuple[str, str], ...] = ()
+    header_bytes: bytes = field(init=False, repr=False)
+    """``headers`` as they go on the wire (``Name: value\\r\\n`` each), encoded once here:
+    a value that cannot be sent (not printable ASCII) fails the construction
+    (ValueError), never every response."""
     _ok: OrderedDict[bytes, None] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # One bcrypt at a time, as the exporter-toolkit does: a flood of wrong passwords costs
     # one core at most (the remembered good ones do not wait for it).
     _work: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __post_init__(self) -> None:
+        lines = []
+        for name, value in self.headers:
+            if not _TOKEN.fullmatch(name) or _UNPRINTABLE.search(value):
+                raise ValueError(f"header {name!r} is not a token with a printable ASCII value")
+            lines.append(f"{name}: {value}\r\n")
+        object.__setattr__(self, "header_bytes", "".join(lines).encode("ascii"))
+
     @property
     def auth_required(self) -> bool:
         return bool(self.users)
+
+    def cached(self, authorization: str | None) -> bool:
+        """Whether ``authorization`` passed a bcrypt check lately (or no user is
+        configured): a parse, one sha256 and one lookup, cheap enough for the event
+        loop, so that a remembered scraper never waits behind bcrypt checks."""
+        if not self.users:
+            return True
+        credentials = _basic_credentials(authorization)
+        if credentials is None:
+            return False
+        key = self._key(*credentials)
+        with self._lock:
+            if key in self._ok:
+                self._ok.move_to_end(key)
+                return True
+        return False
+
+    @staticmethod
+    def well_formed(authorization: str | None) -> bool:
+        """Whether ``authorization`` is ``Basic`` base64 ``user:password``. One that is
+        not is refused without a bcrypt check, as the exporter-toolkit does: the timing
+        then tells only what the sender knows already, the header's syntax."""
+        return _basic_credentials(authorization) is not None
 
     def authorized(self, authorization: str | None) -> bool:
         """Whether an ``Authorization`` header value lets the request in.
 
         True when no user is configured. Otherwise only ``Basic`` credentials of a
-        configured user whose password matches its bcrypt hash pass. An unknown user,
-        a malformed header and a password over 72 bytes are refused, each after the
-        same bcrypt work as a wrong password, so the answer's timing says nothing.
+        configured user whose password matches its bcrypt hash pass. A malformed
+        header is refused at once (see :meth:`well_formed`); an unknown user and a
+        password over 72 bytes are refused after the same bcrypt work as a wrong
+        password, so the answer's timing says nothing about names or passwords.
         Successful checks are remembered (a digest of user, password and hash), so a
         scraper does not pay a bcrypt per scrape. Never raises.
         """
         if not self.users:
             return True
         credentials = _basic_credentials(authorization)
-        user, password = credentials if credentials is not None else ("", b"")
+        if credentials is None:
+            return False
+        if self.cached(authorization):
+            return True
+        user, password = credentials
         hashed = self._hash_of(user)
-        key = hashlib.sha256(b"\0".join((user.encode(), password, hashed or b""))).digest()
-        with self._lock:
-            if key in self._ok:
-                self._ok.move_to_end(key)
-                return True
+        key = self._key(user, password)
         with self._work:
             ok = _check(password, hashed if hashed is not None else _dummy_hash(self._cost()))
-        ok = ok and hashed is not None and credentials is not None
+        ok = ok and hashed is not None
         if ok:
             with self._lock:
                 self._ok[key] = None
                 while len(self._ok) > _CACHE_SIZE:
                     self._ok.popitem(last=False)
         return ok
+
+    def _key(self, user: str, password: bytes) -> bytes:
+        """What a successful check is remembered by: a digest of user, password and hash
+        (a changed hash is a different key)."""
+        hashed = self.users.get(user, b"")
+        return hashlib.sha256(b"\0".join((user.encode(), password, hashed))).digest()
 
     def _hash_of(self, user: str) -> bytes | None:
         """The hash of ``user``, comparing every configured name in constant time."""
@@ -254,7 +297,10 @@ _HEADERS: dict[str, tuple[str, ...] | None] = {
     "Content-Security-Policy": None,
 }
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # no header injection through a line break
+# A header value goes on the wire as it is: printable ASCII and tab only (no line break
+# to inject a header, nothing a latin-1 or ASCII encoding could fail on).
+_UNPRINTABLE = re.compile(r"[^\t\x20-\x7e]")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.6.2
 _BCRYPT = re.compile(rb"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 
 
@@ -300,11 +346,16 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
+_MAX_FILE_BYTES = 1 << 20  # a web-config, certificate, key or CA file: 1 MiB at most
+
+
 @dataclass(frozen=True, slots=True)
 class _Source:
-    """The file being read, for error messages that name it and the key."""
+    """The file being read, for error messages that name it and the key; ``digest``
+    takes in every file read, so that a re-read that changed nothing is told apart."""
 
     path: str
+    digest: Any = field(default_factory=hashlib.sha256, compare=False, repr=False)
 
     def fail(self, key: str, problem: str) -> NoReturn:
         where = f"{key}: " if key else ""
@@ -344,12 +395,40 @@ class _Source:
         return [self.string(item, f"{key}[{i}]") for i, item in enumerate(value)]
 
     def read(self, path: str, key: str) -> bytes:
+        """The bytes of the regular file ``path`` (1 MiB at most). Opened without
+        blocking, so that a FIFO or a device named by mistake is refused, not waited on
+        or read forever."""
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as err:
-            reason = err.strerror or str(err)
-            self.fail(key, f"cannot read {path}: {reason}" if key else f"cannot be read: {reason}")
+            self._unreadable(path, key, err.strerror or str(err))
+        except ValueError as err:  # a NUL byte in the path
+            self._unreadable(path, key, str(err))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                self._unreadable(path, key, "not a regular file")
+            chunks: list[bytes] = []
+            size = 0
+            while size <= _MAX_FILE_BYTES:
+                chunk = os.read(fd, _MAX_FILE_BYTES + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            data = b"".join(chunks)
+        except OSError as err:
+            self._unreadable(path, key, err.strerror or str(err))
+        finally:
+            os.close(fd)
+        if len(data) > _MAX_FILE_BYTES:
+            self._unreadable(path, key, f"larger than {_MAX_FILE_BYTES} bytes")
+        self.digest.update(b"%d:%s\0%d:" % (len(path), path.encode("utf-8", "replace"), len(data)))
+        self.digest.update(data)
+        return data
+
+    def _unreadable(self, path: str, key: str, reason: str) -> NoReturn:
+        shown = path if path.isprintable() else repr(path)  # a NUL byte, a line break
+        self.fail(key, f"cannot read {shown}: {reason}" if key else f"cannot be read: {reason}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +494,8 @@ def _parse(source: _Source) -> _Spec:
         document = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
     except yaml.YAMLError as err:
         source.fail("", "is not valid YAML: " + _yaml_problem(err))
+    except RecursionError:
+        source.fail("", "nests too deeply to be a web config")
     if document is None:
         source.fail(
             "",
@@ -620,8 +701,13 @@ def _parse_http(source: _Source, value: object) -> tuple[tuple[str, str], ...]:
         if not isinstance(name, str) or name not in _HEADERS:
             source.fail(key, f"cannot be set (only {', '.join(_HEADERS)})")
         text = source.string(item, key) if item is not None else ""
-        if _CONTROL.search(text):
-            source.fail(key, "holds a control character (a line break?)")
+        bad = _UNPRINTABLE.search(text)
+        if bad:
+            source.fail(
+                key,
+                f"holds {bad.group()!r} (U+{ord(bad.group()):04X}): a header value must be "
+                "printable ASCII",
+            )
         allowed = _HEADERS[name]
         if text and allowed is not None and text not in allowed:
             source.fail(key, f"{text!r} is not one of {', '.join(allowed)}")
@@ -762,7 +848,7 @@ def _stat(path: str) -> _Stat:
     rewrite in place (size, mtime)."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -782,7 +868,6 @@ class WebConfigWatcher:
             raise ValueError(f"interval_s must be positive, got {interval_s}")
         self.path = path
         self.interval_s = interval_s
-        self._source = _Source(path)
         # Reentrant: reload() may be called from a signal handler that interrupted the
         # main thread inside reload().
         self._lock = threading.RLock()
@@ -790,7 +875,7 @@ class WebConfigWatcher:
         self._thread: threading.Thread | None = None
         self._seen: _Fingerprint = ()
         self._failure: str | None = None
-        self._config = self._load()
+        self._config, self._digest = self._load()
         now = time.time()
         self.last_reload_ok = True
         """Whether the last attempt to read the file succeeded."""
@@ -814,7 +899,7 @@ class WebConfigWatcher:
         """Re-read if the file or a file it names changed: None when nothing changed,
         else whether the new version is in force. What the thread does every tick."""
         with self._lock:
-            if all(_stat(path) == stat for path, stat in self._seen):
+            if all(_stat(path) == seen for path, seen in self._seen):
                 return None
             return self._reload(quiet_repeat=True)
 
@@ -847,21 +932,24 @@ class WebConfigWatcher:
                     log.error("web_config_watch_failed", file=self.path, error=repr(err))
                 failing = True
 
-    def _load(self) -> WebConfig:
+    def _load(self) -> tuple[WebConfig, bytes]:
         """Read the file and what it names, noting their identities first (so that a
-        change during the read is seen at the next check)."""
+        change during the read is seen at the next check); the configuration and a
+        digest of every byte read."""
+        source = _Source(self.path)
         seen: list[tuple[str, _Stat]] = [(self.path, _stat(self.path))]
         self._seen = tuple(seen)
-        spec = _parse(self._source)
+        spec = _parse(source)
         seen += [(path, _stat(path)) for path in spec.files]
         self._seen = tuple(seen)
-        return _build(self._source, spec)
+        config = _build(source, spec)
+        return config, source.digest.digest()
 
     def _reload(self, *, quiet_repeat: bool) -> bool:
         with self._lock:
             self.last_reload_at = time.time()
             try:
-                config = self._load()
+                config, digest = self._load()
             except ConfigError as err:
                 message = str(err)
                 self.last_reload_ok = False
@@ -869,10 +957,16 @@ class WebConfigWatcher:
                     log.warning("web_config_reload_failed", file=self.path, error=message)
                 self._failure = message
                 return False
-            self._config = config
+            recovered = self._failure is not None
             self._failure = None
             self.last_reload_ok = True
             self.last_good_at = self.last_reload_at
+            if digest == self._digest:
+                # The same bytes: the configuration in force stays (and with it the
+                # remembered logins); nothing changed, so nothing to announce.
+                log.info("web_config_unchanged", file=self.path, recovered=recovered)
+                return True
+            self._config, self._digest = config, digest
             log.info(
                 "web_config_reloaded",
                 file=self.path,
