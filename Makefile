@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/web_servers.py
 	$(BIN)/python bench/plugin.py
+	$(BIN)/python bench/top.py
 
 ## image: the container image, tagged $(IMAGE) (podman, else docker); IMAGE=... to retag,
 ## IMAGE_BUILD_FLAGS=... for extra build flags (network, build secrets: see the Dockerfile)
