@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -53,6 +54,15 @@ def _fresh_structlog() -> Iterator[None]:
     """Undo any structlog configuration a test made (a CLI run in-process sets a level)."""
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(autouse=True)
+def _hangup_restored() -> Iterator[None]:
+    """A daemon command run in-process ignores SIGHUP from its first line; give the
+    test process its handler back, or every process it starts later inherits that."""
+    previous = signal.getsignal(signal.SIGHUP)
+    yield
+    signal.signal(signal.SIGHUP, previous)
 
 
 @pytest.fixture

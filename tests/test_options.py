@@ -3,7 +3,9 @@ settings, and config files that cannot be read as TOML."""
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from podres_exporter.options import (
     parse_bool,
     parse_duration,
     parse_listen_address,
+    parse_log_level,
     parse_path,
     parse_patterns,
     parse_size,
@@ -159,3 +162,118 @@ def test_a_file_that_is_not_utf8_toml_names_the_file(
         read_toml(str(path))
     assert str(info.value).startswith(f"config file {path} (--config) ")
     assert message in str(info.value)
+
+
+# ------------------------------------------------------------------ lower bounds, long values
+
+
+def test_a_duration_with_a_floor_takes_it_and_refuses_less() -> None:
+    """duration(min_s, max_s): the floor passes, less is refused naming it; the help shows
+    both bounds."""
+    parse = duration(min_s=0.1, max_s=60.0)
+    assert parse("100ms") == 0.1
+    with pytest.raises(ValueError, match=r"'0.0001ms' is less than the minimum, 100ms"):
+        parse("0.0001ms")
+    with pytest.raises(ValueError, match="less than the minimum, 100ms"):
+        parse(0.05)
+    assert parse.limit == "min 100ms; max 1m"
+    opt = Option("--kubelet-timeout", "t", parse, 10.0, "Deadline.")
+    assert opt.shown() == " [default 10s; min 100ms; max 1m; env PODRES_KUBELET_TIMEOUT]"
+    with pytest.raises(ValueError, match="min_s"):
+        duration(min_s=2.0, max_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("parse", "value"),
+    [
+        (duration(max_s=60.0), "1" * 5000),
+        (duration(max_s=60.0), "9" * 5000 + "ms"),
+        (duration(max_s=60.0), 10**5000),
+        (size(max_bytes=2**30), "7" * 5000),
+        (size(max_bytes=2**30), "7" * 5000 + "Mi"),
+        (size(max_bytes=2**30), 10**5000),
+        (parse_listen_address, ":" + "9" * 5000),
+        (parse_log_level, "x" * 5000),
+    ],
+    ids=["digits", "digits-ms", "int", "size", "size-mi", "size-int", "port", "level"],
+)
+def test_a_value_of_thousands_of_digits_is_refused_without_echoing_it(
+    parse: Callable[[Any], Any], value: Any
+) -> None:
+    """A huge value is refused with a short message: its first characters at most, and
+    never CPython's note on integer-string conversion."""
+    with pytest.raises(ValueError) as info:
+        parse(value)
+    message = str(info.value)
+    assert len(message) < 200, message
+    assert "sys.set_int_max_str_digits" not in message and "Exceeds the limit" not in message
+
+
+def _fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo.toml"
+    os.mkfifo(path)
+    return path
+
+
+def _deep(tmp_path: Path) -> Path:
+    path = tmp_path / "deep.toml"
+    path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    return path
+
+
+def _deep_tables(tmp_path: Path) -> Path:
+    path = tmp_path / "deep-tables.toml"
+    path.write_text("a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n")
+    return path
+
+
+def _large(tmp_path: Path) -> Path:
+    path = tmp_path / "large.toml"
+    path.write_bytes(b"# padding\n" * (2**20 // 10 + 1))
+    return path
+
+
+def _long_int(tmp_path: Path) -> Path:
+    path = tmp_path / "long-int.toml"
+    path.write_text("poll-interval = " + "1" * 5000 + "\n")
+    return path
+
+
+NOT_CONFIG_FILES: list[tuple[Callable[[Path], Path], str]] = [
+    (lambda _: Path("/dev/zero"), "not a regular file"),
+    (_fifo, "not a regular file"),
+    (lambda tmp: tmp, "a directory"),
+    (_large, "larger than 1Mi"),
+    (_deep, "nested too deep"),
+    (_deep_tables, "nested too deep"),
+    (_long_int, "a number in it is too long"),
+]
+NOT_CONFIG_IDS = ["dev-zero", "fifo", "directory", "over-1MiB", "deep-arrays", "deep-tables", "int"]
+
+
+@pytest.mark.parametrize(("make", "message"), NOT_CONFIG_FILES, ids=NOT_CONFIG_IDS)
+def test_a_config_path_that_is_no_config_file_is_refused_naming_it(
+    tmp_path: Path, make: Callable[[Path], Path], message: str
+) -> None:
+    """read_toml: a device, a FIFO (never waited on), a directory, more than 1 MiB, nesting
+    deeper than the parser's recursion, an integer of thousands of digits: a ConfigError
+    naming the file and why, never a MemoryError, a hang or a RecursionError."""
+    path = make(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        read_toml(str(path))
+    assert str(info.value).startswith(f"config file {path} (--config)")
+    assert message in str(info.value)
+
+
+def test_a_config_path_with_a_nul_byte_is_refused() -> None:
+    """A NUL in the path (a ValueError from open) is a ConfigError too."""
+    with pytest.raises(ConfigError, match="the path holds a NUL byte"):
+        read_toml("/etc/x\0.toml")
+
+
+def test_a_config_file_of_exactly_1mib_is_read(tmp_path: Path) -> None:
+    """The bound itself is accepted."""
+    path = tmp_path / "full.toml"
+    body = b'poll-interval = "10s"\n'
+    path.write_bytes(body + b"#" * (2**20 - len(body) - 1) + b"\n")
+    assert read_toml(str(path)) == {"poll-interval": "10s"}

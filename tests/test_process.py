@@ -154,6 +154,42 @@ def test_sighup_without_callbacks_only_logs(sentinels: dict[signal.Signals, Hand
     ]  # fmt: skip
 
 
+def test_leaving_never_gives_sighup_its_default_action_back(
+    sentinels: dict[signal.Signals, Handler],
+) -> None:
+    """Where SIGHUP had its default action (which ends the process), leaving the wait
+    ignores it instead: a SIGHUP during the daemon's shutdown ends nothing. The stop
+    signals get their handlers back as they were."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    with process.stop_on_signals() as stop:
+        timer = kill_self_soon(signal.SIGTERM)
+        stop.wait()
+    timer.join()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGHUP)  # ignored: the test goes on
+    for sig in process.STOP_SIGNALS:
+        assert signal.getsignal(sig) is sentinels[sig]
+
+
+def test_ignore_hangup_ignores_it_until_a_wait_catches_it(
+    sentinels: dict[signal.Signals, Handler],
+) -> None:
+    """ignore_hangup (a daemon command's first step): SIGHUP ignored before the wait, a
+    reload inside it, ignored again after it; off the main thread it changes nothing."""
+    process.ignore_hangup()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    with process.stop_on_signals() as stop:
+        assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_IGN, signal.SIG_DFL)
+        stop.event.set()
+        stop.wait()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    signal.signal(signal.SIGHUP, sentinels[signal.SIGHUP])
+    worker = threading.Thread(target=process.ignore_hangup)
+    worker.start()
+    worker.join()
+    assert signal.getsignal(signal.SIGHUP) is sentinels[signal.SIGHUP]
+
+
 class Daemon:
     """A command run as a process whose stderr (not a terminal) is read as it comes."""
 

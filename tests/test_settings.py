@@ -12,6 +12,8 @@ from podres_exporter.options import (
     Duration,
     Option,
     Size,
+    format_duration,
+    format_size,
     parse_duration,
     parse_listen_address,
     parse_size,
@@ -205,10 +207,55 @@ def test_a_value_over_the_bound_names_the_key_wherever_it_came_from(
             build(flags, env, config_path=str(cfg))
         assert f"invalid value for {opt.flag} (from {origin})" in str(info.value)
         assert "more than the maximum" in str(info.value)
-    at_bound = opt.limit.removeprefix("max ") if opt.limit else ""
+    if isinstance(opt.parse, Size):
+        at_bound = format_size(opt.parse.max_bytes)
+    else:
+        assert isinstance(opt.parse, Duration)
+        at_bound = format_duration(opt.parse.max_s)
     relation = {"--kubelet-backoff-initial": {"--kubelet-backoff-max": at_bound}}
     value = getattr(build({opt.flag: at_bound, **relation.get(opt.flag, {})}, {}), opt.attr)
     assert value == opt.parse(at_bound)
+
+
+FLOORS = {
+    "--poll-interval": "50ms",
+    "--kubelet-timeout": "100ms",
+    "--source-timeout": "100ms",
+    "--kubelet-backoff-initial": "10ms",
+    "--kubelet-backoff-max": "100ms",
+    "--kubelet-empty-confirm": "100ms",
+}
+
+
+def test_every_duration_has_a_floor() -> None:
+    """No duration option takes a value that would only load the kubelet or fail every
+    call: each has the floor its help states."""
+    floors = {o.flag: o.parse.min_s for o in OPTIONS if isinstance(o.parse, Duration)}
+    assert floors == {flag: parse_duration(floor) for flag, floor in FLOORS.items()}
+
+
+@pytest.mark.parametrize(("flag", "floor"), FLOORS.items(), ids=list(FLOORS))
+def test_a_value_under_the_floor_names_the_key_wherever_it_came_from(
+    flag: str, floor: str, tmp_path: Path
+) -> None:
+    """Below the floor: a ConfigError naming the flag, where the value came from and the
+    floor; the floor itself is accepted."""
+    opt = BY_FLAG[flag]
+    under = f"{parse_duration(floor) * 1000 / 2:g}ms"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'{opt.key} = "{under}"\n')
+    for flags, env, origin in (
+        ({flag: under}, {}, f"flag {flag}"),
+        ({}, {opt.env: under}, f"environment variable {opt.env}"),
+        ({}, {}, f"key {opt.key!r} of config file {cfg}"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            build(flags, env, config_path=str(cfg))
+        assert str(info.value) == (
+            f"invalid value for {flag} (from {origin}): '{under}' is less than the minimum, {floor}"
+        )
+    low = {"--kubelet-backoff-initial": FLOORS["--kubelet-backoff-initial"]}  # not above
+    assert getattr(build({**low, flag: floor}, {}), opt.attr) == parse_duration(floor)
 
 
 def test_backoff_initial_above_max_names_both(tmp_path: Path) -> None:
@@ -231,7 +278,8 @@ def test_the_help_states_each_bound(capsys: pytest.CaptureFixture[str]) -> None:
         main(["export", "--help"], env={})
     text = " ".join(capsys.readouterr().out.split())
     assert "[default 16Mi; max 1Gi; env PODRES_KUBELET_MAX_MESSAGE_SIZE]" in text
-    assert "[default 10s; max 1h; env PODRES_POLL_INTERVAL]" in text
+    assert "[default 10s; min 50ms; max 1h; env PODRES_POLL_INTERVAL]" in text
+    assert "[default 10s; min 100ms; max 1m; env PODRES_KUBELET_TIMEOUT]" in text
     assert "gRPC cannot take 2Gi" in text
 
 

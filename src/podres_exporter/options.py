@@ -22,7 +22,9 @@ in :mod:`podres_exporter.deviceplugin.main`; neither imports the other.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,9 +40,34 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _SIZE = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi|K|M|G)?B?\s*$")
 
 MAX_PORT = 65535
+MAX_CONFIG_BYTES = 2**20
+"""The largest config file read (1 MiB): a real one is a few KiB; more is no config file."""
+_SHOWN_CHARS = 40  # an error quotes at most this much of a value
+# Digits a number may have before it is too long to be any duration, size or port; far
+# below CPython's limit on int-string conversions, whose error would name sys internals.
+_MAX_DIGITS = 30
+_MAX_BITS = 100  # the same for a number (a TOML integer): about 30 digits
+
+
+def _huge(value: object) -> bool:
+    """Whether ``value`` is an integer too long for any bound (and to write in full)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_BITS
+
+
 MAX_DURATION_S = 7 * 24 * 3600.0
 """The longest duration any parser takes (a week): far below ``threading.TIMEOUT_MAX`` and
 gRPC's deadline range, so no value a parser returns can overflow a wait or a deadline."""
+
+
+def shown(value: str | float) -> str:
+    """``value`` quoted as an error shows it: its repr, cut to its first 40 characters
+    (``'1111…' (5000 characters)``), a number too long to write as such."""
+    if _huge(value):
+        return "a number too large"
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}… ({len(str(value))} characters)"
 
 
 def describe(value: object) -> str:
@@ -48,9 +75,9 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
-        return f"the number {value!r}"
+        return f"the number {shown(value)}"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {shown(value)}"
     if isinstance(value, list | tuple):
         return "an array"
     if isinstance(value, dict):
@@ -81,19 +108,25 @@ def format_size(size: int) -> str:
     return str(size)
 
 
-def parse_duration(text: str | float, *, max_s: float = MAX_DURATION_S) -> float:
+def parse_duration(
+    text: str | float, *, min_s: float | None = None, max_s: float = MAX_DURATION_S
+) -> float:
     """``"10s"``, ``"500ms"``, ``"1m"``, ``"2.5"`` or a number (seconds) -> seconds; must
-    be > 0 and at most ``max_s``."""
+    be > 0, at least ``min_s`` (when given) and at most ``max_s``."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f'expected a duration such as "10s", got {describe(text)}')
+    if _huge(text):
+        raise ValueError(f"{shown(text)} is more than the maximum, {format_duration(max_s)}")
     m = _DURATION.match(str(text))
     if not m:
-        raise ValueError(f"{text!r} is not a duration (examples: 10s, 500ms, 1m)")
+        raise ValueError(f"{shown(text)} is not a duration (examples: 10s, 500ms, 1m)")
     seconds = float(m.group(1)) * _UNITS[m.group(2)]
     if seconds <= 0:
-        raise ValueError(f"{text!r} must be greater than zero")
+        raise ValueError(f"{shown(text)} must be greater than zero")
+    if min_s is not None and seconds < min_s:
+        raise ValueError(f"{shown(text)} is less than the minimum, {format_duration(min_s)}")
     if not math.isfinite(seconds) or seconds > max_s:
-        raise ValueError(f"{text!r} is more than the maximum, {format_duration(max_s)}")
+        raise ValueError(f"{shown(text)} is more than the maximum, {format_duration(max_s)}")
     return seconds
 
 
@@ -102,30 +135,40 @@ def parse_size(text: str | int, *, max_bytes: int | None = None) -> int:
     most ``max_bytes`` when given)."""
     if isinstance(text, bool) or not isinstance(text, str | int):
         raise ValueError(f'expected a size such as "16Mi", got {describe(text)}')
+    too_large = f"{shown(text)} is " + (
+        "too large" if max_bytes is None else f"more than the maximum, {format_size(max_bytes)}"
+    )
+    if _huge(text):
+        raise ValueError(too_large)
     m = _SIZE.match(str(text))
     if not m:
-        raise ValueError(f"{text!r} is not a size (examples: 16Mi, 4194304)")
+        raise ValueError(f"{shown(text)} is not a size (examples: 16Mi, 4194304)")
     number, suffix = m.group(1), m.group(2) or ""
+    if len(number.lstrip("0")) > _MAX_DIGITS:
+        raise ValueError(too_large)
     size = parse_bytes(number + ("k" if suffix == "K" else suffix))
     if size <= 0:
-        raise ValueError(f"{text!r} must be greater than zero")
+        raise ValueError(f"{shown(text)} must be greater than zero")
     if max_bytes is not None and size > max_bytes:
-        raise ValueError(f"{text!r} is more than the maximum, {format_size(max_bytes)}")
+        raise ValueError(too_large)
     return size
 
 
 @dataclass(frozen=True, slots=True)
 class Duration:
-    """The parser of a duration option with its upper bound (see :func:`duration`)."""
+    """The parser of a duration option with its bounds (see :func:`duration`)."""
 
     max_s: float
+    min_s: float | None = None
 
     def __call__(self, raw: Any) -> float:
-        return parse_duration(raw, max_s=self.max_s)
+        return parse_duration(raw, min_s=self.min_s, max_s=self.max_s)
 
     @property
     def limit(self) -> str:
-        return f"max {format_duration(self.max_s)}"
+        """``min 100ms; max 1m`` (``max 1m`` without a lower bound)."""
+        top = f"max {format_duration(self.max_s)}"
+        return top if self.min_s is None else f"min {format_duration(self.min_s)}; {top}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +185,15 @@ class Size:
         return f"max {format_size(self.max_bytes)}"
 
 
-def duration(*, max_s: float) -> Duration:
-    """A duration parser refusing more than ``max_s`` seconds (the help shows the bound)."""
+def duration(*, max_s: float, min_s: float | None = None) -> Duration:
+    """A duration parser refusing more than ``max_s`` seconds and, when given, less than
+    ``min_s`` (a floor below which the value only loads a peer or fails every call); the
+    help shows both bounds."""
     if not 0 < max_s <= MAX_DURATION_S:
         raise ValueError(f"max_s must be in (0, {MAX_DURATION_S:g}]")
-    return Duration(max_s)
+    if min_s is not None and not 0 < min_s <= max_s:
+        raise ValueError("min_s must be in (0, max_s]")
+    return Duration(max_s, min_s)
 
 
 def size(*, max_bytes: int) -> Size:
@@ -161,14 +208,17 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     raw = _text(text, 'an address such as ":9842"').strip()
     host, sep, port_text = raw.rpartition(":")
     if not sep or not port_text.isdigit():
-        raise ValueError(f"{text!r} is not HOST:PORT (examples: :9842, 127.0.0.1:9842, [::1]:9842)")
-    port = int(port_text)
+        raise ValueError(
+            f"{shown(text)} is not HOST:PORT (examples: :9842, 127.0.0.1:9842, [::1]:9842)"
+        )
+    port = int(port_text) if len(port_text) <= _MAX_DIGITS else MAX_PORT + 1
     if not 0 <= port <= MAX_PORT:
-        raise ValueError(f"port {port} is out of range 0-{MAX_PORT}")
+        number = port_text if len(port_text) <= _SHOWN_CHARS else shown(port_text)
+        raise ValueError(f"port {number} is out of range 0-{MAX_PORT}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"{text!r}: put an IPv6 host in brackets, as in [::1]:9842")
+        raise ValueError(f"{shown(text)}: put an IPv6 host in brackets, as in [::1]:9842")
     return (host or "0.0.0.0", port)  # noqa: S104 - binding every interface is the documented default
 
 
@@ -176,7 +226,7 @@ def parse_log_level(text: str) -> str:
     """One of debug, info, warning, error."""
     level = _text(text, "a log level").strip().lower()
     if level not in LEVELS:
-        raise ValueError(f"{text!r} is not one of {', '.join(LEVELS)}")
+        raise ValueError(f"{shown(text)} is not one of {', '.join(LEVELS)}")
     return level
 
 
@@ -184,7 +234,7 @@ def parse_log_format(text: str) -> str:
     """auto (JSON unless on a terminal), json or console."""
     fmt = _text(text, "a log format").strip().lower()
     if fmt not in FORMATS:
-        raise ValueError(f"{text!r} is not one of {', '.join(FORMATS)}")
+        raise ValueError(f"{shown(text)} is not one of {', '.join(FORMATS)}")
     return fmt
 
 
@@ -197,7 +247,7 @@ def parse_bool(text: str | bool) -> bool:
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{text!r} is not a boolean (true or false)")
+    raise ValueError(f"{shown(text)} is not a boolean (true or false)")
 
 
 def parse_patterns(text: str | list[str]) -> tuple[str, ...]:
@@ -352,24 +402,57 @@ def check_at_most(
 
 def read_toml(path: str) -> dict[str, Any]:
     """The TOML file that ``--config`` names; ConfigError naming the flag and the file:
-    unreadable, not UTF-8 (as TOML must be), or not TOML."""
+    unreadable, not a regular file (a FIFO would block, a device never end), larger than
+    1 MiB, not UTF-8 (as TOML must be), not TOML, or nested too deep to parse."""
+    where = f"config file {repr(path) if chr(0) in path else path} (--config)"
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        text = _read_regular(path).decode("utf-8")
+        return tomllib.loads(text)
     except OSError as err:
-        raise ConfigError(f"config file {path} (--config): {err.strerror or err}") from err
+        raise ConfigError(f"{where}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise ConfigError(
-            f"config file {path} (--config) is not UTF-8 text (byte {err.start}): "
-            "save it as UTF-8, as TOML requires"
+            f"{where} is not UTF-8 text (byte {err.start}): save it as UTF-8, as TOML requires"
         ) from err
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config file {path} (--config) is not valid TOML: {err}") from err
+        raise ConfigError(f"{where} is not valid TOML: {err}") from err
+    except RecursionError as err:
+        raise ConfigError(f"{where} is nested too deep to read") from err
+    except ValueError as err:  # a NUL in the path; an integer of thousands of digits
+        reason = "the path holds a NUL byte" if chr(0) in path else "a number in it is too long"
+        raise ConfigError(f"{where} cannot be read: {reason}") from err
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of the regular file at ``path``, at most :data:`MAX_CONFIG_BYTES`;
+    OSError for a FIFO, a device, a directory or a larger file. Opened without blocking,
+    so that a FIFO nobody writes to is refused, not waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise OSError(f"{kind}: name a TOML file")
+        chunks: list[bytes] = []
+        left = MAX_CONFIG_BYTES + 1  # one byte more tells a larger file
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise OSError(f"larger than {format_size(MAX_CONFIG_BYTES)}: no config file is that large")
+    return data
 
 
 def read_config_file(path: str) -> dict[str, Any]:
     """The config file's keys, flattened (``[path] sysfs`` -> ``path.sysfs``)."""
-    return _flatten(read_toml(path))
+    data = read_toml(path)
+    try:
+        return _flatten(data)
+    except RecursionError as err:  # dotted keys thousands deep: parsed, too deep to walk
+        raise ConfigError(f"config file {path} (--config) is nested too deep to read") from err
 
 
 def web_config_option() -> Option:

@@ -2,9 +2,11 @@
 
 * :func:`configure_logging`: ``--log-level`` and ``--log-format``, where ``auto``
   means JSON unless stderr is a terminal;
+* :func:`ignore_hangup`: what a daemon command does first, so that a SIGHUP (whose
+  default action ends the process) never ends it, starting or stopping;
 * :func:`stop_on_signals` / :func:`wait_for_signal`: SIGTERM and SIGINT end a wait
-  and say which signal it was; SIGHUP (whose default action would end the process)
-  runs the daemon's reload callbacks instead, on the waiting thread;
+  and say which signal it was; SIGHUP runs the daemon's reload callbacks instead, on
+  the waiting thread;
 * :func:`listen`: the daemon's web server, or a ConfigError naming ``--listen-address``;
   with ``--web.config.file``, the :class:`~podres_exporter.webconfig.WebConfigWatcher`
   that :func:`web_config` loads is what it asks for TLS, users and headers.
@@ -33,6 +35,7 @@ __all__ = [
     "Reload",
     "Stop",
     "configure_logging",
+    "ignore_hangup",
     "listen",
     "stop_on_signals",
     "wait_for_signal",
@@ -57,6 +60,15 @@ def configure_logging(level: str, log_format: str, *, stream: TextIO | None = No
     unless the stream, stderr by default, is a terminal)."""
     json = None if log_format == "auto" else log_format == "json"
     logconf.configure(level, stream=stream, json=json)
+
+
+def ignore_hangup() -> None:
+    """Ignore SIGHUP from now on (on the main thread; elsewhere nothing): the daemon
+    commands call it before they parse their settings, so that a SIGHUP while they start
+    or stop is ignored rather than ending them; :func:`stop_on_signals` turns it into a
+    reload while the daemon runs."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(RELOAD_SIGNAL, signal.SIG_IGN)
 
 
 class Stop:
@@ -130,7 +142,8 @@ def stop_on_signals(
     the waiting thread, never from the handler, and never ends the process.
 
     Handlers are installed only on the main thread (elsewhere only ``event`` stops)
-    and the previous ones are restored on leaving.
+    and the previous ones are restored on leaving; SIGHUP's is too, unless it was the
+    default action, which would end a daemon during its shutdown: it is ignored instead.
     """
     stop = Stop(event, reload)
 
@@ -149,7 +162,8 @@ def stop_on_signals(
         yield stop
     finally:
         for sig, h in previous.items():
-            signal.signal(sig, h)
+            keep_alive = sig == RELOAD_SIGNAL and h in (signal.SIG_DFL, None)
+            signal.signal(sig, signal.SIG_IGN if keep_alive else h)
 
 
 def wait_for_signal(event: threading.Event | None = None, *, reload: Iterable[Reload] = ()) -> str:

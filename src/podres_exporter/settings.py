@@ -10,7 +10,8 @@ Parsers take a ``Mapping`` for the environment and never read ``os.environ``.
 A bad value raises :class:`~podres_exporter.errors.ConfigError` naming the flag
 and where the value came from; the CLI turns that into exit status 2. Every duration
 and size has an upper bound that no node needs to exceed (its help says which and
-why), so no value reaches a wait or a gRPC deadline that it would overflow.
+why), so no value reaches a wait or a gRPC deadline that it would overflow; every duration
+a lower one too, below which the exporter would only load the kubelet or fail its calls.
 """
 
 from __future__ import annotations
@@ -33,11 +34,16 @@ from podres_exporter.options import (
     parse_patterns,
     read_config_file,
     resolve_all,
+    shown,
     size,
     web_config_option,
 )
 
 DEFAULT_LISTEN = ":9842"
+
+MIN_POLL_S = 0.05
+"""--poll-interval at least 50ms: two kubelet calls a reading, 40 a second at most, under
+the kubelet's pod-resources rate limit (100 calls a second, shared by all its clients)."""
 
 MAX_MESSAGE_BYTES = 2**30
 """--kubelet-max-message-size at most 1Gi: gRPC refuses 2Gi and more (its limit is 2^31-1
@@ -53,24 +59,28 @@ OPTIONS: tuple[Option, ...] = (
            "Largest kubelet response accepted, bytes (16Mi, like the kubelet's own clients; "
            "gRPC's 4 MiB default is too small for busy nodes). At most 1Gi: gRPC cannot take "
            "2Gi, and a kubelet's answer is a few MiB even with 20,000 pods."),
-    Option("--kubelet-timeout", "kubelet_timeout_s", duration(max_s=60.0), 10.0,
-           "Deadline of each kubelet call. At most 1m: the kubelet answers in milliseconds, and "
-           "a call still open after a minute has failed."),
+    Option("--kubelet-timeout", "kubelet_timeout_s", duration(min_s=0.1, max_s=60.0), 10.0,
+           "Deadline of each kubelet call. At least 100ms: less fails calls a busy kubelet "
+           "answers. At most 1m: the kubelet answers in milliseconds, and a call still open "
+           "after a minute has failed."),
     Option("--listen-address", "listen_address", parse_listen_address, DEFAULT_LISTEN,
            "HOST:PORT for /metrics, /healthz and /readyz (:PORT listens on every interface)."),
-    Option("--poll-interval", "poll_interval_s", duration(max_s=3600.0), 10.0,
-           "Time between two readings of the kubelet. Scrapes never call the kubelet. At most "
-           "1h: older data is no view of the node."),
-    Option("--kubelet-backoff-initial", "backoff_initial_s", duration(max_s=300.0), 1.0,
-           "First wait after a failed kubelet call; doubles per failure, with jitter. At most "
-           "--kubelet-backoff-max, and 5m."),
-    Option("--kubelet-backoff-max", "backoff_max_s", duration(max_s=600.0), 30.0,
-           "Longest wait between retries of an unreachable or rate-limiting kubelet. At most "
-           "10m: a kubelet back from a restart is read again within minutes."),
-    Option("--kubelet-empty-confirm", "empty_confirm_s", duration(max_s=300.0), 3.0,
+    Option("--poll-interval", "poll_interval_s", duration(min_s=MIN_POLL_S, max_s=3600.0), 10.0,
+           "Time between two readings of the kubelet. Scrapes never call the kubelet. At least "
+           "50ms: each reading is two calls against the kubelet's rate limit (100 per second, "
+           "shared by every client). At most 1h: older data is no view of the node."),
+    Option("--kubelet-backoff-initial", "backoff_initial_s",
+           duration(min_s=0.01, max_s=300.0), 1.0,
+           "First wait after a failed kubelet call; doubles per failure, with jitter. At least "
+           "10ms, at most --kubelet-backoff-max, and 5m."),
+    Option("--kubelet-backoff-max", "backoff_max_s", duration(min_s=0.1, max_s=600.0), 30.0,
+           "Longest wait between retries of an unreachable or rate-limiting kubelet. At least "
+           "100ms: retrying faster only adds to the load of a kubelet in trouble. At most 10m: "
+           "a kubelet back from a restart is read again within minutes."),
+    Option("--kubelet-empty-confirm", "empty_confirm_s", duration(min_s=0.1, max_s=300.0), 3.0,
            "How long a reading that lost every pod or every allocatable CPU at once must persist "
-           "before it is believed (a restarting kubelet answers so for ~100 ms). At most 5m: a "
-           "node emptied for real is shown within minutes."),
+           "before it is believed (a restarting kubelet answers so for ~100 ms, the least "
+           "accepted). At most 5m: a node emptied for real is shown within minutes."),
     Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
            "Root of sysfs (the host's /sys mounted into the pod, e.g. /host/sys)."),
     Option("--path.procfs", "path_procfs", parse_path, "/proc",
@@ -81,10 +91,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--path.container-logs", "path_container_logs", parse_path, "/var/log/containers",
            "The kubelet's container log links; their names map container IDs to containers "
            "(GPU processes to their holders)."),
-    Option("--source-timeout", "source_timeout_s", duration(max_s=60.0), 5.0,
+    Option("--source-timeout", "source_timeout_s", duration(min_s=0.1, max_s=60.0), 5.0,
            "Longest wait for one telemetry source (NVML, sysfs, /proc) per poll; a slower one "
-           "keeps its last data, marked stale, and never delays the others. At most 1m: a "
-           "source slower than that is hung."),
+           "keeps its last data, marked stale, and never delays the others. At least 100ms: "
+           "less marks healthy sources stale. At most 1m: a source slower than that is hung."),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
@@ -183,5 +193,5 @@ def _unknown_key(key: str, known: set[str], path: str | None) -> str:
         if key.startswith(k + "."):
             return f"{where}: key {k!r}: expected a value, got a table"
     if _is_table(key, known):
-        return f"{where}: key {key!r}: expected a table ([{key}])"
-    return f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})"
+        return f"{where}: key {shown(key)}: expected a table ([{key}])"
+    return f"{where}: unknown key {shown(key)} (known: {', '.join(sorted(known))})"

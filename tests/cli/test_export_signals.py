@@ -1,4 +1,5 @@
-"""`podres export` as a process: SIGHUP is a reload request, never the end of the daemon."""
+"""`podres export` as a process: SIGHUP is a reload request, never the end of the daemon,
+neither while it starts nor while it stops."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,5 +71,90 @@ def test_sighup_keeps_the_exporter_serving(make_sim: MakeSim, tmp_path: Path) ->
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=20)
+    assert code == 0, log.read_text()
+    assert events(log, "exporter_stopped")[0]["reason"] == "signal SIGTERM"
+
+
+def hangup_ignored(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGHUP (bit 0 of SigIgn in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & 1)
+    return False
+
+
+def spawn_with_default_hangup(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """``argv`` started with SIGHUP at its default action (an ignored one is inherited
+    across exec, and a daemon command run in this process earlier ignores it here)."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with log.open("w") as out:  # a file, not a pipe nobody reads
+            return subprocess.Popen(
+                argv,
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def hang_up_through_start_and_stop(
+    proc: subprocess.Popen[bytes], log: Path, started: str, ready: Callable[[str], object]
+) -> int:
+    """SIGHUP ``proc`` every few milliseconds from the moment it ignores SIGHUP (its first
+    step) until it logged ``started`` and ``ready(url)`` holds; then SIGTERM and SIGHUPs
+    until it exits. Its exit status; the test fails if no SIGHUP came before ``started``."""
+    wait_until(
+        lambda: proc.poll() is not None or hangup_ignored(proc.pid), timeout=30, interval=0.001
+    )
+    early = 0
+    deadline = time.monotonic() + 30
+    while not (seen := events(log, started)) and proc.poll() is None:
+        proc.send_signal(signal.SIGHUP)
+        early += 1
+        assert time.monotonic() < deadline, "the daemon did not start"
+        time.sleep(0.005)
+    assert proc.poll() is None, log.read_text()
+    assert early > 0, "no SIGHUP was sent before the daemon started"
+    wait_until(lambda: ready(seen[0]["url"]), timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    while proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGHUP)
+        except ProcessLookupError:  # gone between poll and kill
+            break
+        time.sleep(0.002)
+    return proc.wait(timeout=20)
+
+
+def test_sighup_while_starting_or_stopping_never_ends_the_exporter(
+    make_sim: MakeSim, tmp_path: Path
+) -> None:
+    """SIGHUPs from the first moment of `podres export` until it serves, and again right
+    after SIGTERM until it is gone: the exporter starts, serves, stops with status 0 (never
+    129, death by SIGHUP) and logs why it stopped."""
+    sim = make_sim("minimal")
+    log = tmp_path / "export.log"
+    proc = spawn_with_default_hangup(
+        [
+            sys.executable, "-m", "podres_exporter", "export",
+            "--kubelet-socket", str(sim.socket_path),
+            "--listen-address", "127.0.0.1:0",
+            "--poll-interval", "200ms",
+            "--path.sysfs", str(sim.host.sysfs),  # type: ignore[attr-defined]
+            "--no-collector.gpu",
+            "--log-format", "json",
+        ],
+        log,
+    )  # fmt: skip
+    try:
+        code = hang_up_through_start_and_stop(
+            proc, log, "exporter_started", lambda url: http_get(url + "/readyz")[0] == 200
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert code == 0, log.read_text()
     assert events(log, "exporter_stopped")[0]["reason"] == "signal SIGTERM"

@@ -3,12 +3,15 @@ their bounds: exit status 2, the file and the key named, never a traceback."""
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from podres_exporter.cli import main
 from podres_exporter.deviceplugin.config import HEALTH_INTERVAL, XID_UNHEALTHY_FOR
+from tests.test_options import NOT_CONFIG_FILES, NOT_CONFIG_IDS
 
 RESOURCE = """
 [[resource]]
@@ -138,3 +141,47 @@ def test_the_help_states_the_bounds_and_the_loopback_default(
     assert f"[{HEALTH_INTERVAL.limit}; env PODRES_HEALTH_INTERVAL]" in text
     assert f"[{XID_UNHEALTHY_FOR.limit}; env PODRES_XID_UNHEALTHY_FOR]" in text
     assert "[default 127.0.0.1:9843; env PODRES_LISTEN_ADDRESS]" in text
+
+
+@pytest.fixture
+def hangup_restored() -> Iterator[None]:
+    """`podres plugin` ignores SIGHUP first thing; the test process gets its own back."""
+    previous = signal.getsignal(signal.SIGHUP)
+    yield
+    signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.usefixtures("hangup_restored")
+@pytest.mark.parametrize(("make", "message"), NOT_CONFIG_FILES, ids=NOT_CONFIG_IDS)
+def test_a_resource_file_that_is_no_file_exits_2_naming_it(
+    tmp_path: Path,
+    make: Callable[[Path], Path],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`podres plugin --config` naming a device, a FIFO, a directory, more than 1 MiB or
+    TOML nested too deep: exit 2 naming the file, no traceback, no hang."""
+    path = make(tmp_path)
+    code, err = run(path, capsys)
+    assert code == 2
+    assert err.startswith(f"podres plugin: error: config file {path} (--config)")
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.usefixtures("hangup_restored")
+def test_a_health_interval_under_its_floor_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--health-interval and [plugin] health_interval: at least 50ms."""
+    path = tmp_path / "plugin.toml"
+    path.write_text(RESOURCE)
+    code, err = run(path, capsys, "--health-interval", "10ms")
+    assert code == 2
+    assert (
+        "invalid value for --health-interval (from flag --health-interval): '10ms' is less "
+        "than the minimum, 50ms"
+    ) in err
+    path.write_text('[plugin]\nhealth_interval = "1ms"\n' + RESOURCE)
+    code, err = run(path, capsys)
+    assert code == 2
+    assert "plugin.health_interval: '1ms' is less than the minimum, 50ms" in err

@@ -1,5 +1,6 @@
 """`podres plugin` as a process: SIGHUP re-reads the resource file and says whether it
-changed; the plugin keeps serving, its socket stays registered."""
+changed; the plugin keeps serving, its socket stays registered. A SIGHUP while it starts
+or stops is ignored."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.test_export_signals import hang_up_through_start_and_stop, spawn_with_default_hangup
 from tests.conftest import http_get, wait_until
 from tests.deviceplugin.support import accepted, advertised, files, plugin_flags, write_sysfs
 
@@ -90,4 +92,35 @@ def test_sighup_rereads_the_resource_file_and_keeps_serving(
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=20)
     assert code == 0, log.read_text()
+    assert files(kubelet) == ["kubelet.sock"]
+
+
+def test_sighup_while_starting_or_stopping_never_ends_the_plugin(
+    make_kubelet: Any, tmp_path: Path
+) -> None:
+    """SIGHUPs from the first moment of `podres plugin` until it serves, and again right
+    after SIGTERM until it is gone: it starts, registers, stops with status 0 (never 129,
+    death by SIGHUP) and removes its socket."""
+    kubelet = make_kubelet()
+    write_sysfs(tmp_path / "sys")
+    config = tmp_path / "plugin.toml"
+    config.write_text(CONFIG)
+    log = tmp_path / "plugin.log"
+    proc = spawn_with_default_hangup(
+        [
+            sys.executable, "-m", "podres_exporter", "plugin",
+            *plugin_flags(config, kubelet.directory, tmp_path / "sys"),
+        ],
+        log,
+    )  # fmt: skip
+    try:
+        code = hang_up_through_start_and_stop(
+            proc, log, "plugin_started", lambda _url: advertised(kubelet, VF)
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, log.read_text()
+    assert events(log, "plugin_stopped")[0]["reason"] == "signal SIGTERM"
     assert files(kubelet) == ["kubelet.sock"]

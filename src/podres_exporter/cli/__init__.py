@@ -1,7 +1,9 @@
 """The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot``, ``plugin``, ``top``.
 
 Exit status: 0 on success, 1 when the work failed (the kubelet could not be
-read), 2 on a usage or configuration error; the message names what to fix.
+read), 2 on a usage or configuration error; the message names what to fix. The daemon
+commands (``export``, ``demo``, ``plugin``) ignore SIGHUP from their first step, so that
+it never ends them while they start or stop; while they run it reloads.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podres_exporter import __version__, collectors
+from podres_exporter import __version__, collectors, process
 from podres_exporter.deviceplugin.main import add_plugin_parser
 from podres_exporter.errors import ConfigError
 from podres_exporter.settings import BY_FLAG, OPTIONS, Settings, build
@@ -24,6 +26,8 @@ _SNAPSHOT_FLAGS = (
     "--gpu-resources", "--log-level", "--log-format",
 )  # fmt: skip
 _DEMO_FLAGS = ("--listen-address", "--poll-interval", "--log-level", "--log-format")
+# The commands that run until stopped: a SIGHUP never ends them (it reloads, or is ignored).
+_DAEMONS = ("export", "demo", "plugin")
 
 
 def _add_options(
@@ -111,6 +115,8 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str]) -> Settings:
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Entry point of ``podres``; returns the exit status."""
     ns = parser().parse_args(argv)
+    if ns.command in _DAEMONS:
+        process.ignore_hangup()  # before anything slow: a SIGHUP while starting is no stop
     environ = os.environ if env is None else env
     if ns.command == "plugin":  # its own settings and config file
         from podres_exporter.deviceplugin.main import run_plugin

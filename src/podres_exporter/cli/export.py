@@ -146,7 +146,8 @@ class Exporter:
 
 
 def run_export(settings: Settings) -> int:
-    """Run the exporter until SIGTERM or SIGINT; SIGHUP runs its reload callbacks."""
+    """Run the exporter until SIGTERM or SIGINT; SIGHUP runs its reload callbacks (and is
+    ignored before and after: ``podres export`` ignores it first thing)."""
     process.configure_logging(settings.log_level, settings.log_format)
     exporter = Exporter(settings)
     with process.stop_on_signals(reload=exporter.reloads) as stop:

@@ -67,9 +67,10 @@ __all__ = [
 
 DEFAULT_HEALTH_INTERVAL_S: Final = 0.5
 DEFAULT_XID_UNHEALTHY_FOR_S: Final = 300.0
-HEALTH_INTERVAL: Final = duration(max_s=60.0)
-"""health_interval / --health-interval, at most 1m: a device gone bad must reach the
-kubelet within a minute, or pods go on being placed on it."""
+HEALTH_INTERVAL: Final = duration(min_s=0.05, max_s=60.0)
+"""health_interval / --health-interval, at least 50ms: each check reads NVML and sysfs for
+every device, and more often only spends the node's CPU; at most 1m: a device gone bad must
+reach the kubelet within a minute, or pods go on being placed on it."""
 XID_UNHEALTHY_FOR: Final = duration(max_s=24 * 3600.0)
 """xid_unhealthy_for / --xid-unhealthy-for, at most 24h: a GPU still failing after a day
 reports new XIDs of its own."""

@@ -91,8 +91,9 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
            "are always given the host's /dev paths."),
     Option("--health-interval", "health_interval_s", HEALTH_INTERVAL, None,
            "Time between two health checks (re-discovery); overrides [plugin] health_interval "
-           "(default 500ms). A change reaches the kubelet at the next check. At most 1m: a "
-           "device gone bad must reach the kubelet within a minute."),
+           "(default 500ms). A change reaches the kubelet at the next check. At least 50ms: "
+           "each check reads every device. At most 1m: a device gone bad must reach the kubelet "
+           "within a minute."),
     Option("--xid-unhealthy-for", "xid_unhealthy_for_s", XID_UNHEALTHY_FOR, None,
            "How long a GPU stays Unhealthy after a critical XID; overrides [plugin] "
            "xid_unhealthy_for (default 5m). At most 24h: a GPU still failing after a day "
