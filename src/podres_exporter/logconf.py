@@ -19,7 +19,7 @@ from typing import Any, Final, TextIO
 
 import structlog
 
-from podres_exporter.printable import printable
+from podres_exporter.printable import cut, printable
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("auto", "json", "console")
@@ -49,19 +49,13 @@ def _make_short_repr() -> reprlib.Repr:
 _SHORT: Final = _make_short_repr()
 
 
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}…(+{len(text) - limit} chars)"
-
-
 def _bound(value: Any, limit: int, depth: int = 0) -> Any:
     """``value`` within the bounds at ``depth`` (0: an event's value); the same object when
     it is within them already."""
     if depth > 1:
         limit = _INNER_STRING
     if isinstance(value, str):
-        return _cut(value, limit)
+        return cut(value, limit)
     if isinstance(value, bytes | bytearray):
         if len(value) > limit:
             value = bytes(value[:limit]) + f"…(+{len(value) - limit} bytes)".encode()
@@ -72,7 +66,7 @@ def _bound(value: Any, limit: int, depth: int = 0) -> Any:
 
 
 def _short_repr(value: Any, limit: int) -> str:
-    return _cut(_SHORT.repr(value), limit)
+    return cut(_SHORT.repr(value), limit)
 
 
 def _bound_items(

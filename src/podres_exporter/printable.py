@@ -1,8 +1,8 @@
-"""Text from peers made safe for a terminal or a console log line."""
+"""Text from peers made safe for a terminal or a console log line, and cut short."""
 
 from __future__ import annotations
 
-__all__ = ["printable"]
+__all__ = ["cut", "printable"]
 
 
 def printable(text: str, keep: str = "") -> str:
@@ -18,3 +18,10 @@ def printable(text: str, keep: str = "") -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() or ch in keep else repr(ch)[1:-1] for ch in text)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters and a count of the rest: ``abc…(+997 chars)``."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit} chars)"

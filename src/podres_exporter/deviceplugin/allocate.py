@@ -41,6 +41,7 @@ from typing import Final
 from podres_exporter.deviceplugin.config import DiscoverKind, ResourceConfig
 from podres_exporter.deviceplugin.inventory import Device, Hardware, ResourceInventory
 from podres_exporter.errors import AllocationError
+from podres_exporter.printable import cut
 
 __all__ = [
     "NETDEVICES_ENV",
@@ -107,9 +108,7 @@ def id_summary(ids: Sequence[str], *, width: int = _ID_CHARS) -> str:
 
     ``a, b, c, d and 9996 more``; an id cut shows ``…(+N chars)``.
     """
-    named = [
-        i if len(i) <= width else f"{i[:width]}…(+{len(i) - width} chars)" for i in ids[:_NAMED_IDS]
-    ]
+    named = [cut(i, width) for i in ids[:_NAMED_IDS]]
     more = len(ids) - len(named)
     return ", ".join(named) + (f" and {more} more" if more > 0 else "")
 
