@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ from typing import IO, Any, Protocol, TypeVar
 import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from podres_exporter.cli.export import Exporter
 from podres_exporter.settings import Settings, build
@@ -66,6 +68,18 @@ def _hangup_restored() -> Iterator[None]:
 
 
 @pytest.fixture
+def debug_logs() -> Iterator[list[structlog.typing.EventDict]]:
+    """Every structlog event, debug included, whatever an earlier test configured."""
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        structlog.configure(**saved)
+
+
+@pytest.fixture
 def update_goldens(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-goldens"))
 
@@ -80,6 +94,19 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         if time.monotonic() > deadline:
             pytest.fail(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def log_events(log: Path, name: str) -> list[dict[str, Any]]:
+    """The JSON lines of the log file ``log`` whose event is ``name`` (others skipped)."""
+    found = []
+    for line in log.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == name:
+            found.append(event)
+    return found
 
 
 def http_get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import http.client
-import logging
 import resource
 import socket
 import struct
@@ -17,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import structlog
-from structlog.testing import capture_logs
 
 from podres_exporter.web import Index, Limits, Site, WebServer, _drop, connection_cap
 
@@ -65,18 +63,6 @@ def serve() -> Iterator[Serve]:
     yield start
     for s in servers:
         s.stop()
-
-
-@pytest.fixture
-def debug_logs() -> Iterator[list[structlog.typing.EventDict]]:
-    """Every structlog event, debug included, whatever an earlier test configured."""
-    saved = structlog.get_config()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
-    try:
-        with capture_logs() as logs:
-            yield logs
-    finally:
-        structlog.configure(**saved)
 
 
 def connect(server: WebServer, timeout: float = 5) -> socket.socket:

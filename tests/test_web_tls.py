@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import logging
 import socket
 import ssl
 import struct
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import structlog
-from structlog.testing import capture_logs
 
 from podres_exporter.web import Index, Limits, Site, WebServer
 from podres_exporter.webconfig import WebConfig, WebConfigProvider
@@ -80,18 +78,6 @@ def serve() -> Iterator[Callable[..., WebServer]]:
     yield start
     for s in servers:
         s.stop()
-
-
-@pytest.fixture
-def debug_logs() -> Iterator[list[structlog.typing.EventDict]]:
-    """Every structlog event, debug included, whatever an earlier test configured."""
-    saved = structlog.get_config()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
-    try:
-        with capture_logs() as logs:
-            yield logs
-    finally:
-        structlog.configure(**saved)
 
 
 def https_get(server: WebServer, ctx: ssl.SSLContext, path: str = "/metrics") -> tuple[int, bytes]:

@@ -3,7 +3,6 @@ neither while it starts nor while it stops."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,29 +10,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from podres_exporter.sim import SimKubelet
 from tests.conftest import http_get, wait_until
+from tests.conftest import log_events as events
 
 pytestmark = pytest.mark.slow  # runs the podres command as a process
 
 MakeSim = Callable[..., SimKubelet]
-
-
-def events(log: Path, name: str) -> list[dict[str, Any]]:
-    """The JSON log lines of ``log`` whose event is ``name``."""
-    found = []
-    for line in log.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("event") == name:
-            found.append(event)
-    return found
 
 
 def test_sighup_keeps_the_exporter_serving(make_sim: MakeSim, tmp_path: Path) -> None:

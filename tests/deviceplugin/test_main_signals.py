@@ -4,7 +4,6 @@ or stops is ignored."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 from tests.cli.test_export_signals import hang_up_through_start_and_stop, spawn_with_default_hangup
 from tests.conftest import http_get, wait_until
+from tests.conftest import log_events as events
 from tests.deviceplugin.support import accepted, advertised, files, plugin_flags, write_sysfs
 
 pytestmark = pytest.mark.slow  # runs the podres command as a process
@@ -36,19 +36,6 @@ name = "example.com/uplink"
 kind = "netdev"
 pattern = "enp175s0f*"
 """
-
-
-def events(log: Path, name: str) -> list[dict[str, Any]]:
-    """The JSON log lines of ``log`` whose event is ``name``."""
-    found = []
-    for line in log.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("event") == name:
-            found.append(event)
-    return found
 
 
 def test_sighup_rereads_the_resource_file_and_keeps_serving(
