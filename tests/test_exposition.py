@@ -28,7 +28,13 @@ from prometheus_client.utils import floatToGoString
 
 from podres_exporter import exposition
 from podres_exporter.collectors.kubelet import snapshot_age
-from podres_exporter.exposition import OPENMETRICS_RECENT_S, Exposition, go_float, write
+from podres_exporter.exposition import (
+    ASKED_RECENT_S,
+    Exposition,
+    WriteCache,
+    go_float,
+    write,
+)
 from podres_exporter.poller import Poller, Store
 from podres_exporter.reader import NodeReader
 from podres_exporter.sim import SimKubelet
@@ -203,9 +209,11 @@ class Setup:
         self.current_during_families: list[NodeView | None] = []
         original = exposition.render_families
 
-        def counting(families: Iterable[Metric], openmetrics: bool) -> bytes:
+        def counting(
+            families: Iterable[Metric], openmetrics: bool, *, cache: WriteCache | None = None
+        ) -> bytes:
             self.renders += 1
-            return original(families, openmetrics)
+            return original(families, openmetrics, cache=cache)
 
         monkeypatch.setattr(exposition, "render_families", counting)
         self.exposition = Exposition(self.store, self.families, clock=self.clock)
@@ -245,26 +253,33 @@ def test_the_view_is_rendered_before_it_becomes_current(monkeypatch: pytest.Monk
     assert s.current_during_families == [None, first]
 
 
-def test_openmetrics_is_rendered_at_publish_only_while_asked_for_recently(
+def test_each_format_is_rendered_at_publish_only_while_asked_for_recently(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Never asked: the first OpenMetrics scrape renders; asked recently: the poll renders
-    it; not asked for OPENMETRICS_RECENT_S: the scrape renders again."""
+    """Never asked: the text format at the poll, the first OpenMetrics scrape renders;
+    asked recently: the poll renders what was asked (OpenMetrics alone for a Prometheus);
+    not asked for ASKED_RECENT_S: the scrape renders again."""
     s = Setup(monkeypatch)
     s.poller.poll_once()
     body = s.exposition.body(openmetrics=True, gz=False)
     assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
     assert s.counts() == (2, 2)  # text at the poll, OpenMetrics at the scrape
     s.poller.poll_once()
-    assert s.counts() == (3, 4)  # both at the poll, from one list of families
+    assert s.counts() == (3, 3)  # OpenMetrics only: no scraper asked for text
+    s.exposition.body(openmetrics=True, gz=True)
+    assert s.counts() == (3, 3)
+    s.exposition.body(openmetrics=False, gz=True)
+    assert s.counts() == (4, 4)  # text asked: rendered by this scrape
+    s.poller.poll_once()
+    assert s.counts() == (5, 6)  # both at the poll, from one list of families
     s.exposition.body(openmetrics=True, gz=True)
     s.exposition.body(openmetrics=False, gz=True)
-    assert s.counts() == (3, 4)
-    s.clock.now += OPENMETRICS_RECENT_S + 1
-    s.poller.poll_once()
-    assert s.counts() == (4, 5)  # the text format only
-    s.exposition.body(openmetrics=True, gz=False)
     assert s.counts() == (5, 6)
+    s.clock.now += ASKED_RECENT_S + 1
+    s.poller.poll_once()
+    assert s.counts() == (6, 7)  # neither asked lately: the text format
+    s.exposition.body(openmetrics=True, gz=False)
+    assert s.counts() == (7, 8)
 
 
 def test_a_failed_preparation_leaves_the_rendering_to_the_scrape(

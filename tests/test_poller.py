@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import random
 import threading
+import time
 from collections.abc import Iterator
 from types import MappingProxyType
 
@@ -245,6 +247,34 @@ def test_a_poll_that_raises_is_logged_once_per_kind() -> None:
         wait_until(lambda: any(e["event"] == "poll_recovered" for e in logs))
         p.stop()
     assert [e["event"] for e in logs].count("poll_failed") == 1
+
+
+def test_the_cadence_counts_from_when_a_poll_was_due_not_from_its_end() -> None:
+    """Polls that take 0.25 s at a 0.5 s interval start every 0.5 s, not every 0.75 s;
+    a poll longer than the interval is followed at once, without a burst."""
+    starts: list[float] = []
+    slow = [0.25] * 6 + [1.2] + [0.0] * 4
+
+    class Slow(NodeReader):
+        def __init__(self) -> None:
+            super().__init__(Script([reading(1)] * 20), lambda: TOPO)
+
+        def observe(self) -> Observation:
+            starts.append(time.monotonic())
+            time.sleep(slow[len(starts) - 1] if len(starts) <= len(slow) else 0.0)
+            return super().observe()
+
+    p = Poller(Slow(), Store(), interval_s=0.5)
+    p.start()
+    try:
+        wait_until(lambda: len(starts) >= 10, timeout=20)
+    finally:
+        p.stop()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    steady = gaps[:5]
+    assert sum(steady) / len(steady) < 0.6, steady  # 0.75 when waits follow the work
+    assert 1.2 <= gaps[6] < 1.45, gaps  # after the long poll: at once, not 0.5 s later
+    assert all(g >= 0.45 for g in gaps[7:]), gaps  # then the cadence again, no burst
 
 
 # ----------------------------------------------------------------------------- health

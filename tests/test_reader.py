@@ -6,14 +6,17 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from prometheus_client.metrics_core import Metric
 from structlog.testing import capture_logs
 
 from podres_exporter.errors import SourceError
+from podres_exporter.exposition import WriteCache, write
 from podres_exporter.reader import NodeReader, SourceRunner
 from podres_exporter.sim import SimKubelet
 from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.devices import read_devices
 from podres_exporter.telemetry import CpuTimes, SysfsDevices
+from podres_exporter.view import NodeView
 from tests.conftest import exporter_settings
 
 
@@ -159,3 +162,69 @@ def test_a_reader_shares_what_did_not_change_between_polls(
     assert second.telemetry is not None and first.telemetry is not None
     assert second.telemetry.devices == read_devices(host.sysfs)
     assert second.telemetry.devices != first.telemetry.devices  # the counters moved
+
+
+def test_what_did_not_change_is_neither_accounted_nor_rendered_again(
+    make_sim: Callable[..., SimKubelet],
+) -> None:
+    """Two polls of a node whose pods did not change (only counters moved) share the
+    accounting, the NUMA alignment and the families of the collectors that read only
+    those; the exposition written with reused families is byte for byte a fresh one's.
+    A pod gone makes all of it anew."""
+    sim = make_sim("demo")
+    host: Any = sim.host  # type: ignore[attr-defined]
+    settings = exporter_settings(sim)
+    reader = NodeReader.from_settings(settings, gpu_backend=host.gpu_backend())
+    cache = WriteCache()
+
+    def poll(previous: NodeView | None, generation: int) -> tuple[NodeView, list[Metric]]:
+        view = reader.view(reader.observe(), generation=generation, previous=previous)
+        return view, reader.families(view, "0")
+
+    def fresh(view: NodeView) -> bytes:
+        """The same view through a reader with nothing cached."""
+        other = NodeReader.from_settings(settings, gpu_backend=host.gpu_backend())
+        try:
+            return without_durations(write(other.families(view, "0"), False))
+        finally:
+            other.close()
+
+    try:
+        first, families1 = poll(None, 1)
+        write(families1, False, cache=cache)
+        host.refresh(seconds=5)
+        second, families2 = poll(first, 2)
+        assert second.accounting is first.accounting
+        assert second.joined is not None and first.joined is not None
+        assert second.joined.numa_aligned is first.joined.numa_aligned
+        before = {id(f) for f in families1}
+        cpu = [f for f in families2 if f.name == "podres_container_exclusive_cpus"]
+        assert cpu and id(cpu[0]) in before, "the cpu collector's families are reused"
+        net = [f for f in families2 if f.name.startswith("podres_net_")]
+        assert net and not any(id(f) in before for f in net), "moved counters: built anew"
+        reused = cache.reused
+        body = write(families2, False, cache=cache)
+        assert cache.reused > reused
+        assert without_durations(body) == fresh(second)
+
+        victim = next(p for p in sim.node.pods if p.containers)
+        sim.node.remove(victim.namespace, victim.name)
+        third, families3 = poll(second, 3)
+        assert third.accounting is not second.accounting
+        assert not {id(f) for f in families3 if f.name == "podres_container_exclusive_cpus"} & {
+            id(f) for f in families2
+        }
+        body = write(families3, False, cache=cache)
+        assert f'pod="{victim.name}"'.encode() not in body
+        assert without_durations(body) == fresh(third)
+    finally:
+        reader.close()
+
+
+def without_durations(body: bytes) -> bytes:
+    """The exposition less the collectors' own timings, which differ per rendering."""
+    return b"\n".join(
+        line
+        for line in body.split(b"\n")
+        if not line.startswith(b"podres_collector_duration_seconds{")
+    )

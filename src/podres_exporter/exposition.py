@@ -3,11 +3,13 @@
 A scrape never calls the kubelet, and a scrape right after a poll does not render
 either: when the poller publishes a view (``Store.on_publish``: in the poll thread,
 before the view becomes current), the text format of its families is rendered and
-compressed once, while scrapes keep being served the previous view. OpenMetrics is
-rendered then too only while a scraper asked for it within
-:data:`OPENMETRICS_RECENT_S`; otherwise the first OpenMetrics scrape of a view renders
-it (concurrent scrapes wait for one rendering). Only a few live lines, the snapshot's
-age and the process metrics, are rendered per scrape and appended.
+compressed once, while scrapes keep being served the previous view. Each format is
+rendered then while a scraper asked for it within :data:`ASKED_RECENT_S` (the text
+format also while none was: before the first scrape); otherwise the first scrape of a
+view in that format renders it (concurrent scrapes wait for one rendering). Prometheus
+asks for OpenMetrics only, so a node it scrapes renders one format per poll. Only a
+few live lines, the snapshot's age and the process metrics, are rendered per scrape and
+appended.
 
 The families are written by :func:`write`, not by ``prometheus_client``'s
 generators: the same bytes (the tests compare both on every golden and on
@@ -35,9 +37,10 @@ from podres_exporter.web import render_registry
 log = structlog.get_logger(__name__)
 
 _EOF = b"# EOF\n"
-# While a scraper asked for OpenMetrics this recently, a published view is rendered in
-# OpenMetrics too; after that, the first OpenMetrics scrape of a view renders it.
-OPENMETRICS_RECENT_S = 600.0
+# While a scraper asked for a format this recently, a published view is rendered in it;
+# after that, the first scrape of a view in that format renders it. (The text format is
+# rendered at publish too while no format was asked for recently.)
+ASKED_RECENT_S = 600.0
 
 # ----------------------------------------------------------------------------- the writer
 
@@ -185,27 +188,71 @@ def _fallback(metric: Metric, openmetrics: bool) -> str:
     return (body[: -len(_EOF)] if openmetrics else body).decode()
 
 
-def write(families: Iterable[Metric], openmetrics: bool, *, eof: bool = True) -> bytes:
+class WriteCache:
+    """The text of each family the writer wrote last time, per format.
+
+    A family object written again (a collector's families are reused while its inputs
+    do not change: ``collectors.FamilyCache``) is not formatted again. The cache keeps
+    the families it holds alive, so an object's identity cannot pass to another.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[bool, dict[int, tuple[Metric, str]]] = {False: {}, True: {}}
+        self.reused = 0
+
+    def take(self, openmetrics: bool) -> dict[int, tuple[Metric, str]]:
+        return self._last[openmetrics]
+
+    def keep(self, openmetrics: bool, written: dict[int, tuple[Metric, str]]) -> None:
+        self._last[openmetrics] = written
+
+
+def _family_text(metric: Metric, openmetrics: bool, numbers: dict[float, str]) -> str:
+    try:
+        return "".join((_openmetrics_family if openmetrics else _text_family)(metric, numbers))
+    except _Unusual:
+        return _fallback(metric, openmetrics)
+
+
+def write(
+    families: Iterable[Metric],
+    openmetrics: bool,
+    *,
+    eof: bool = True,
+    cache: WriteCache | None = None,
+) -> bytes:
     """Families in the text format (0.0.4) or OpenMetrics 1.0, the bytes prometheus_client
     writes. Names are escaped once per name and label names, label values only when they
     hold a backslash, newline or quote; a sample with a timestamp, an exemplar or no value
     (none of ours) has its family written by prometheus_client. ``eof``: end OpenMetrics
-    with its ``# EOF``."""
+    with its ``# EOF``. ``cache``: a family object written last time is not written again."""
     out: list[str] = []
     numbers: dict[float, str] = {}
+    last = cache.take(openmetrics) if cache is not None else {}
+    written: dict[int, tuple[Metric, str]] = {}
     for metric in families:
-        try:
-            out += (_openmetrics_family if openmetrics else _text_family)(metric, numbers)
-        except _Unusual:
-            out.append(_fallback(metric, openmetrics))
+        hit = last.get(id(metric))
+        if hit is not None and hit[0] is metric:
+            text = hit[1]
+            if cache is not None:
+                cache.reused += 1
+        else:
+            text = _family_text(metric, openmetrics, numbers)
+        if cache is not None:
+            written[id(metric)] = (metric, text)
+        out.append(text)
+    if cache is not None:
+        cache.keep(openmetrics, written)
     if openmetrics and eof:
         out.append("# EOF\n")
     return "".join(out).encode()
 
 
-def render_families(families: Iterable[Metric], openmetrics: bool) -> bytes:
+def render_families(
+    families: Iterable[Metric], openmetrics: bool, *, cache: WriteCache | None = None
+) -> bytes:
     """Families in the text format, or OpenMetrics (with its ``# EOF``)."""
-    return write(families, openmetrics)
+    return write(families, openmetrics, cache=cache)
 
 
 # ----------------------------------------------------------------------- the exposition
@@ -246,7 +293,8 @@ class Exposition:
         self._lock = threading.Lock()
         # generation -> its rendering: the current view's and the one being published.
         self._views: dict[int, _Rendered] = {}
-        self._openmetrics_at: float | None = None  # when a scraper last asked for it
+        self._asked_at: dict[bool, float] = {}  # openmetrics -> when a scraper last asked
+        self._write_cache = WriteCache()  # families reused by the collectors keep their text
         self._prepare_failed = False
         self._live = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._live)
@@ -258,7 +306,7 @@ class Exposition:
 
     def _render(self, families: list[Metric], openmetrics: bool) -> bytes:
         """The part rendered once per view and format (without OpenMetrics' ``# EOF``)."""
-        plain = render_families(families, openmetrics)
+        plain = render_families(families, openmetrics, cache=self._write_cache)
         self.renders += 1
         return plain[: -len(_EOF)] if openmetrics and plain.endswith(_EOF) else plain
 
@@ -270,12 +318,11 @@ class Exposition:
 
     def prepare(self, view: NodeView) -> None:
         """Render ``view`` before it becomes current (the Store calls this in the poll
-        thread): the text format and its gzip, and OpenMetrics while asked for recently.
-        A failure is logged once and left to the scrapes (which then render)."""
-        asked = self._openmetrics_at
-        formats = [False]
-        if asked is not None and self._clock() - asked < OPENMETRICS_RECENT_S:
-            formats.append(True)
+        thread): each format asked for recently, and its gzip (the text format when none
+        was). A failure is logged once and left to the scrapes (which then render)."""
+        now = self._clock()
+        asked = sorted(f for f, at in self._asked_at.items() if now - at < ASKED_RECENT_S)
+        formats = asked or [False]
         rendered = _Rendered()
         try:
             families = self._view_families(view)  # once for both formats
@@ -332,8 +379,7 @@ class Exposition:
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
         """The full exposition; when ``gz``, one gzip member (decoders that read only
         the first member, as curl does, see it all)."""
-        if openmetrics:
-            self._openmetrics_at = self._clock()
+        self._asked_at[openmetrics] = self._clock()
         view = self._store.current()
         head, compressor = self._cached(view, openmetrics, gz)
         live = self._live_part(view, openmetrics)

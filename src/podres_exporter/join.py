@@ -332,8 +332,12 @@ def join(
     previous: Telemetry | None = None,
     idle_before: Mapping[tuple[str, Holder], float] | None = None,
     gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES,
+    numa_aligned: tuple[tuple[Holder, bool], ...] | None = None,
 ) -> Joined:
-    """Match ``telemetry`` to the holders in ``acc``; see the module docstring."""
+    """Match ``telemetry`` to the holders in ``acc``; see the module docstring.
+
+    ``numa_aligned``: the alignment already derived from this reading and topology (it
+    reads nothing else), reused rather than derived again."""
     patterns = tuple(gpu_resources)
     cat = _Catalog(telemetry)
     holders: dict[Target, list[Holder]] = defaultdict(list)
@@ -388,6 +392,8 @@ def join(
         resolutions=tuple(sorted(resolutions.values(), key=lambda r: (r.resource, r.device_id))),
         cpu_busy=tuple(cpu_rows),
         shared_pool_busy_ratio=MappingProxyType(ratios),
-        numa_aligned=tuple(_numa_sets(reading, topology)),
+        numa_aligned=numa_aligned
+        if numa_aligned is not None
+        else tuple(_numa_sets(reading, topology)),
         idle=tuple(_idle(gpu_rows, drm_rows, now, idle_before or {})),
     )

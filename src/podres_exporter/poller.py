@@ -226,7 +226,14 @@ class Poller:
     # -- the loop
 
     def run(self) -> None:
-        """Poll until :meth:`stop`; never raises on bad data or a missing kubelet."""
+        """Poll until :meth:`stop`; never raises on bad data or a missing kubelet.
+
+        The cadence runs on deadlines of the monotonic clock: the next poll is due its
+        wait after this one was due, not after it finished, so neither a poll's own
+        time nor scrapes competing for the interpreter stretch the interval. A loop
+        that fell behind (a poll longer than the interval) starts the next poll at
+        once, without a burst to catch up."""
+        due = time.monotonic()
         while not self._stop.is_set():
             try:
                 wait = self.poll_once()
@@ -242,7 +249,9 @@ class Poller:
                     log.info("poll_recovered", after=self._poll_error_kind)
                     self._poll_error_kind = None
             self._progress_at = self._clock()
-            self._stop.wait(wait)
+            now = time.monotonic()
+            due = max(due + wait, now)
+            self._stop.wait(due - now)
 
     @property
     def kubelet_error(self) -> KubeletError | None:

@@ -285,6 +285,7 @@ class NodeReader:
         self._runner = runner
         self._gpu_resources = tuple(gpu_resources)
         self._owned = tuple(owned)
+        self._families = collectors.FamilyCache()
         self._wall = wall_clock
 
     @classmethod
@@ -396,8 +397,10 @@ class NodeReader:
         return NodeView.of(snap, previous, gpu_resources=self._gpu_resources)
 
     def families(self, view: NodeView, version: str) -> list[Metric]:
-        """The enabled collectors' metric families for ``view``."""
-        return list(collectors.collect_all(self.enabled, RenderContext(view, version)))
+        """The enabled collectors' metric families for ``view`` (a collector whose inputs
+        did not change since the last call gives the same family objects)."""
+        ctx = RenderContext(view, version)
+        return collectors.collect_all(self.enabled, ctx, cache=self._families)
 
     def close(self) -> None:
         """Close what the reader opened (the kubelet channel, NVML, the source threads)."""

@@ -29,16 +29,27 @@ class NodeView:
     ) -> NodeView:
         """Account and join ``snapshot`` once; every scrape and view shares the result.
 
-        When ``previous`` holds the same reading on the same topology (a failed poll
-        re-publishes the last good reading), its accounting is reused, not redone.
+        When ``previous`` holds the same kubelet state on the same topology (a failed
+        poll re-publishes the last good reading; on a quiet node most polls change
+        nothing: :func:`same_state`), its accounting and the NUMA alignment of its join
+        are reused, not redone: the same objects, so the collectors that read only them
+        reuse their families too.
         ``previous`` also carries what rates and idle times need: the last CPU times
         and since when each held device has been idle.
         """
         reading = snapshot.reading
+        before = previous.snapshot if previous is not None else None
+        # The same kubelet state on the same topology: what was derived from it is reused.
+        unchanged = (
+            before is not None
+            and before.reading is not None
+            and reading is not None
+            and same_state(before.reading, reading)
+            and before.topology == snapshot.topology
+        )
         acc: Accounting | None = None
         if reading is not None:
-            same = previous is not None and previous.snapshot.reading is reading
-            if same and previous is not None and previous.snapshot.topology == snapshot.topology:
+            if unchanged and previous is not None and previous.accounting is not None:
                 acc = previous.accounting
             else:
                 acc = account(reading, snapshot.topology)
@@ -57,5 +68,24 @@ class NodeView:
             previous=previous.snapshot.telemetry if previous is not None else None,
             idle_before=previous.joined.idle_since() if previous and previous.joined else None,
             gpu_resources=gpu_resources,
+            numa_aligned=previous.joined.numa_aligned
+            if unchanged and previous is not None and previous.joined is not None
+            else None,
         )
         return cls(snapshot, acc, joined)
+
+
+def same_state(a: KubeletReading, b: KubeletReading) -> bool:
+    """Whether two readings hold the same kubelet state, cheaply: the same pod objects
+    (the client hands back the very object of a pod whose message did not change; the
+    kubelet lists pods in no fixed order) and equal allocatable resources. False only
+    costs a recomputation."""
+    if a is b:
+        return True
+    return (
+        a.api_version is b.api_version
+        and a.allocatable_support is b.allocatable_support
+        and len(a.pods) == len(b.pods)
+        and a.allocatable == b.allocatable
+        and sorted(map(id, a.pods)) == sorted(map(id, b.pods))
+    )

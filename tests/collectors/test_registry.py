@@ -23,6 +23,9 @@ class Broken:
         raise RuntimeError("boom")
         yield  # pragma: no cover
 
+    def inputs(self, ctx: RenderContext) -> object:
+        return ctx.view
+
 
 class _Families:
     def __init__(self, families: list[Metric]) -> None:

@@ -65,13 +65,41 @@ def select(overrides: Mapping[str, bool]) -> tuple[Collector, ...]:
     return tuple(c for c in ALL if overrides.get(c.name, c.default_enabled))
 
 
+class FamilyCache:
+    """Each collector's families of the latest rendering, with the inputs they came from.
+
+    A collector whose inputs (:meth:`Collector.inputs`) are the very objects of the last
+    rendering gives the same family objects again: nothing is built, and the exposition
+    writer reuses their text too. The cache holds those inputs, so their identity cannot
+    pass to another object meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[object, tuple[Metric, ...]]] = {}
+        self.hits = 0
+
+    def collect(self, c: Collector, ctx: RenderContext) -> tuple[Metric, ...]:
+        """``c``'s families for ``ctx``, reused when its inputs are unchanged."""
+        inputs = c.inputs(ctx)
+        last = self._last.get(c.name)
+        if last is not None and last[0] is inputs:
+            self.hits += 1
+            return last[1]
+        families = tuple(c.collect(ctx))
+        self._last[c.name] = (inputs, families)
+        return families
+
+
 def collect_all(
     collectors: Iterable[Collector],
     ctx: RenderContext,
     *,
     clock: Callable[[], float] = time.perf_counter,
+    cache: FamilyCache | None = None,
 ) -> list[Metric]:
-    """Run every collector under a guard; a failing one yields no families but its own."""
+    """Run every collector under a guard; a failing one yields no families but its own.
+
+    With ``cache``, a collector whose inputs did not change gives its last families."""
     out: list[Metric] = []
     success = GaugeMetricFamily(
         "podres_collector_success",
@@ -86,7 +114,7 @@ def collect_all(
     for c in collectors:
         start = clock()
         try:
-            families = list(c.collect(ctx))
+            families = cache.collect(c, ctx) if cache is not None else tuple(c.collect(ctx))
         except Exception as err:  # noqa: BLE001 - a broken collector must not take the others down
             log.error("collector_failed", collector=c.name, error=repr(err))
             ok = False
@@ -99,4 +127,4 @@ def collect_all(
     return out
 
 
-__all__ = ["ALL", "BY_NAME", "Collector", "RenderContext", "collect_all", "select"]
+__all__ = ["ALL", "BY_NAME", "Collector", "FamilyCache", "RenderContext", "collect_all", "select"]

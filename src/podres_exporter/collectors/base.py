@@ -40,6 +40,11 @@ class Collector(Protocol):
         """The families for ``ctx``; may raise, the registry guards each call."""
         ...
 
+    def inputs(self, ctx: RenderContext) -> object:
+        """What :meth:`collect` reads of ``ctx``: while it is the very same object,
+        the families it gave last time are given again, not built anew."""
+        ...
+
 
 @dataclass(slots=True)
 class PartCollector(Generic[_P]):
@@ -59,6 +64,9 @@ class PartCollector(Generic[_P]):
     def collect(self, ctx: RenderContext) -> Iterable[Metric]:
         part = self.part(ctx)
         return () if part is None else self.render(part)
+
+    def inputs(self, ctx: RenderContext) -> object:
+        return self.part(ctx)
 
 
 def view(ctx: RenderContext) -> NodeView:
