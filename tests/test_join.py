@@ -210,3 +210,20 @@ def test_idle_held_gpu_keeps_its_start() -> None:
     assert later.idle[0].idle_since == 100.0
     busy = Telemetry(gpus=gpus(GpuReading(U1, 0, utilization_gpu_ratio=0.3)))
     assert not run(r, busy, idle_before=first.idle_since()).idle
+
+
+def test_cpu_times_not_read_again_keep_the_last_busy_ratios() -> None:
+    """With --source-interval.cpu longer than the poll, a poll whose telemetry carries the
+    very same CPU times serves the shared pools' last busy ratios, not a 0/0 gap."""
+    r = reading(pod("a", ContainerAlloc("c", cpu_ids=frozenset({0}))))
+    before = Telemetry(
+        cpu_times=CpuTimes({0: 5.0, 1: 10.0, 2: 0.0, 3: 0.0}, {0: 10.0, 1: 20.0, 2: 10.0, 3: 10.0})
+    )
+    now = Telemetry(
+        cpu_times=CpuTimes({0: 9.0, 1: 11.0, 2: 4.0, 3: 4.0}, {0: 20.0, 1: 30.0, 2: 20.0, 3: 20.0})
+    )
+    first = run(r, now, previous=before)
+    same = Telemetry(cpu_times=now.cpu_times)
+    again = run(r, same, previous=now, busy_before=first.shared_pool_busy_ratio)
+    assert dict(again.shared_pool_busy_ratio) == {"0": 0.1, "1": 0.4}
+    assert [(c.cpu, c.busy_seconds) for c in again.cpu_busy] == [(0, 9.0)]

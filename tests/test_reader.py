@@ -228,3 +228,53 @@ def without_durations(body: bytes) -> bytes:
         for line in body.split(b"\n")
         if not line.startswith(b"podres_collector_duration_seconds{")
     )
+
+
+def test_each_source_is_read_at_its_own_cadence() -> None:
+    """A source with an interval is launched again only once it has passed (polls due on
+    its boundary may come a little early); meanwhile its last value is served as ok. A
+    source without one is read at every poll; one that failed is retried at once."""
+    now = [0.0]
+    calls = {"gpu": 0, "cpu": 0, "sysfs": 0}
+    fail = [False]
+
+    def source(name: str, value: Mapping[str, Any]) -> Callable[[], Mapping[str, Any]]:
+        def read() -> Mapping[str, Any]:
+            calls[name] += 1
+            if name == "sysfs" and fail[0]:
+                raise SourceError("unreadable")
+            return value
+
+        return read
+
+    runner = SourceRunner(
+        {
+            "gpu": source("gpu", {"cpu_times": None}),
+            "cpu": source("cpu", {"cpu_times": CpuTimes()}),
+            "sysfs": source("sysfs", {"devices": SysfsDevices()}),
+        },
+        intervals={"gpu": 30.0, "cpu": 0.0, "sysfs": 10.0},
+        clock=lambda: now[0],
+    )
+
+    def poll(at: float) -> None:
+        now[0] = at
+        runner.start()
+        t = runner.collect()
+        assert t.sources["gpu"].ok and not t.sources["gpu"].stale
+
+    try:
+        poll(0.0)
+        poll(10.0)
+        poll(20.0)
+        assert calls == {"gpu": 1, "cpu": 3, "sysfs": 3}
+        poll(29.5)  # a poll due at 30 s, half a second early
+        assert calls["gpu"] == 2
+        poll(35.0)
+        assert calls == {"gpu": 2, "cpu": 5, "sysfs": 4}  # sysfs last read at 29.5
+        fail[0] = True
+        poll(40.0)
+        poll(41.0)  # failed at 40: retried without waiting for its interval
+        assert calls["sysfs"] == 6
+    finally:
+        runner.close()

@@ -176,7 +176,8 @@ def test_every_duration_and_size_has_an_upper_bound() -> None:
     assert {o.flag for o in BOUNDED} == {
         "--kubelet-max-message-size", "--kubelet-timeout", "--poll-interval",
         "--kubelet-backoff-initial", "--kubelet-backoff-max", "--kubelet-empty-confirm",
-        "--source-timeout",
+        "--source-timeout", "--source-interval.gpu", "--source-interval.gpu-slow",
+        "--source-interval.sysfs", "--source-interval.cpu",
     }  # fmt: skip
     assert not [o.flag for o in OPTIONS if o.parse in (parse_duration, parse_size)]
     assert BY_FLAG["--kubelet-max-message-size"].limit == "max 1Gi"  # gRPC stops at 2 GiB
@@ -224,14 +225,34 @@ FLOORS = {
     "--kubelet-backoff-initial": "10ms",
     "--kubelet-backoff-max": "100ms",
     "--kubelet-empty-confirm": "100ms",
+    "--source-interval.gpu-slow": "1s",
 }
+# Durations where 0 has a meaning ("every poll"): no floor, and 0 is taken.
+ZERO_OK = ("--source-interval.gpu", "--source-interval.sysfs", "--source-interval.cpu")
 
 
 def test_every_duration_has_a_floor() -> None:
     """No duration option takes a value that would only load the kubelet or fail every
     call: each has the floor its help states."""
-    floors = {o.flag: o.parse.min_s for o in OPTIONS if isinstance(o.parse, Duration)}
+    floors = {
+        o.flag: o.parse.min_s
+        for o in OPTIONS
+        if isinstance(o.parse, Duration) and o.flag not in ZERO_OK
+    }
     assert floors == {flag: parse_duration(floor) for flag, floor in FLOORS.items()}
+
+
+@pytest.mark.parametrize("flag", ZERO_OK)
+def test_a_source_interval_takes_zero_for_every_poll(flag: str) -> None:
+    """0 (the default) reads the source at every poll; any other value up to an hour is
+    its least interval; a negative one is refused naming the flag."""
+    opt = BY_FLAG[flag]
+    assert getattr(build({}, {}), opt.attr) == 0.0
+    assert getattr(build({flag: "0"}, {}), opt.attr) == 0.0
+    assert getattr(build({}, {opt.env: "30s"}), opt.attr) == 30.0
+    assert opt.parse.limit == "0 or max 1h"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=f"invalid value for {flag} .*-1s"):
+        build({flag: "-1s"}, {})
 
 
 @pytest.mark.parametrize(("flag", "floor"), FLOORS.items(), ids=list(FLOORS))

@@ -278,7 +278,10 @@ def _numa_sets(reading: KubeletReading, topology: NodeTopology) -> list[tuple[Ho
 
 
 def _cpu(
-    acc: Accounting, t: Telemetry, previous: Telemetry | None
+    acc: Accounting,
+    t: Telemetry,
+    previous: Telemetry | None,
+    last_ratios: Mapping[str, float] | None,
 ) -> tuple[list[CpuBusy], dict[str, float]]:
     if t.cpu_times is None:
         return [], {}
@@ -290,6 +293,9 @@ def _cpu(
     ]
     ratios: dict[str, float] = {}
     before = previous.cpu_times if previous is not None else None
+    if before is t.cpu_times:
+        # Not read again since (--source-interval.cpu): the last ratios still hold.
+        return rows, dict(last_ratios or {})
     if before is not None:
         d_busy: dict[str, float] = defaultdict(float)
         d_total: dict[str, float] = defaultdict(float)
@@ -333,11 +339,14 @@ def join(
     idle_before: Mapping[tuple[str, Holder], float] | None = None,
     gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES,
     numa_aligned: tuple[tuple[Holder, bool], ...] | None = None,
+    busy_before: Mapping[str, float] | None = None,
 ) -> Joined:
     """Match ``telemetry`` to the holders in ``acc``; see the module docstring.
 
     ``numa_aligned``: the alignment already derived from this reading and topology (it
-    reads nothing else), reused rather than derived again."""
+    reads nothing else), reused rather than derived again. ``busy_before``: the shared
+    pools' busy ratios of ``previous``, served again when the CPU times were not read
+    since."""
     patterns = tuple(gpu_resources)
     cat = _Catalog(telemetry)
     holders: dict[Target, list[Holder]] = defaultdict(list)
@@ -381,7 +390,7 @@ def join(
         for d in dev.drm
         if d.pci_address in known_pci or d.card in known_cards
     ]
-    cpu_rows, ratios = _cpu(acc, telemetry, previous)
+    cpu_rows, ratios = _cpu(acc, telemetry, previous, busy_before)
     return Joined(
         gpus=tuple(gpu_rows),
         gpu_usage=tuple(_gpu_usage(gpu_rows, telemetry)),

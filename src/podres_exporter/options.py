@@ -109,10 +109,14 @@ def format_size(size: int) -> str:
 
 
 def parse_duration(
-    text: str | float, *, min_s: float | None = None, max_s: float = MAX_DURATION_S
+    text: str | float,
+    *,
+    min_s: float | None = None,
+    max_s: float = MAX_DURATION_S,
+    zero: bool = False,
 ) -> float:
     """``"10s"``, ``"500ms"``, ``"1m"``, ``"2.5"`` or a number (seconds) -> seconds; must
-    be > 0, at least ``min_s`` (when given) and at most ``max_s``."""
+    be > 0 (or 0 when ``zero``), at least ``min_s`` (when given) and at most ``max_s``."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f'expected a duration such as "10s", got {describe(text)}')
     if _huge(text):
@@ -121,6 +125,8 @@ def parse_duration(
     if not m:
         raise ValueError(f"{shown(text)} is not a duration (examples: 10s, 500ms, 1m)")
     seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds == 0 and zero:
+        return 0.0
     if seconds <= 0:
         raise ValueError(f"{shown(text)} must be greater than zero")
     if min_s is not None and seconds < min_s:
@@ -160,15 +166,17 @@ class Duration:
 
     max_s: float
     min_s: float | None = None
+    zero: bool = False  # 0 accepted (it means "off" or "every time": the option says)
 
     def __call__(self, raw: Any) -> float:
-        return parse_duration(raw, min_s=self.min_s, max_s=self.max_s)
+        return parse_duration(raw, min_s=self.min_s, max_s=self.max_s, zero=self.zero)
 
     @property
     def limit(self) -> str:
-        """``min 100ms; max 1m`` (``max 1m`` without a lower bound)."""
+        """``min 100ms; max 1m`` (``max 1m`` without a lower bound; ``0 or ...``)."""
         top = f"max {format_duration(self.max_s)}"
-        return top if self.min_s is None else f"min {format_duration(self.min_s)}; {top}"
+        bounds = top if self.min_s is None else f"min {format_duration(self.min_s)}; {top}"
+        return f"0 or {bounds}" if self.zero else bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,15 +193,15 @@ class Size:
         return f"max {format_size(self.max_bytes)}"
 
 
-def duration(*, max_s: float, min_s: float | None = None) -> Duration:
+def duration(*, max_s: float, min_s: float | None = None, zero: bool = False) -> Duration:
     """A duration parser refusing more than ``max_s`` seconds and, when given, less than
     ``min_s`` (a floor below which the value only loads a peer or fails every call); the
-    help shows both bounds."""
+    help shows both bounds. ``zero``: 0 is accepted too."""
     if not 0 < max_s <= MAX_DURATION_S:
         raise ValueError(f"max_s must be in (0, {MAX_DURATION_S:g}]")
     if min_s is not None and not 0 < min_s <= max_s:
         raise ValueError("min_s must be in (0, max_s]")
-    return Duration(max_s, min_s)
+    return Duration(max_s, min_s, zero)
 
 
 def size(*, max_bytes: int) -> Size:

@@ -74,6 +74,10 @@ class SourceRunner:
     delays the other sources, a scrape or the process's exit (each runs on a daemon
     thread of its own). A source's failure is logged when it starts and when its
     cause (the error's class, or the timeout) changes, never once per poll.
+
+    ``intervals`` (source name -> seconds, ``--source-interval.NAME``): a source whose
+    last launch is more recent than its interval is not launched; its last value is
+    served as it is (a failed or never-read source is launched at every poll).
     """
 
     def __init__(
@@ -81,10 +85,13 @@ class SourceRunner:
         sources: Mapping[str, TelemetrySource],
         *,
         timeout_s: float = 5.0,
+        intervals: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._sources = dict(sources)
+        self._intervals = dict(intervals or {})
+        self._launched: dict[str, float] = {}
         self._timeout = timeout_s
         self._clock = clock
         self._wall = wall_clock
@@ -100,9 +107,25 @@ class SourceRunner:
         self._started_at = self._clock()
         if self._closed:
             return
+        now = self._started_at
         for name, fn in self._sources.items():
-            if name not in self._running:
-                self._running[name] = (_launch(name, fn), self._clock())
+            if name in self._running or not self._due(name, now):
+                continue
+            self._launched[name] = now
+            self._running[name] = (_launch(name, fn), now)
+
+    def _due(self, name: str, now: float) -> bool:
+        """Whether ``name`` is read at this poll: its interval has passed since its last
+        launch (less a tenth of it, at most 1 s: polls due on the interval's boundary
+        jitter by milliseconds), or it has no good value to serve."""
+        every = self._intervals.get(name, 0.0)
+        last = self._launched.get(name)
+        if every <= 0 or last is None or name not in self._values:
+            return True
+        status = self._status.get(name)
+        if status is not None and not status.ok:
+            return True
+        return now - last >= every - min(1.0, every / 10)
 
     def collect(self) -> Telemetry:
         """Wait for the running sources until the timeout; merge the latest values."""
@@ -230,6 +253,15 @@ def build_sources(
     return sources
 
 
+def source_intervals(settings: Settings) -> dict[str, float]:
+    """Each telemetry source's least time between two readings (0: every poll)."""
+    return {
+        "gpu": settings.source_interval_gpu_s,
+        "sysfs": settings.source_interval_sysfs_s,
+        "cpu": settings.source_interval_cpu_s,
+    }
+
+
 def enabled_collectors(settings: Settings) -> tuple[Collector, ...]:
     """The collectors switched on by the settings; ConfigError for an unknown name."""
     try:
@@ -311,11 +343,16 @@ class NodeReader:
         if telemetry:
             own_backend = None
             if gpu_backend is None and any("gpu" in c.needs for c in chosen):
-                gpu_backend = own_backend = open_nvml_backend()
+                gpu_backend = own_backend = open_nvml_backend(
+                    slow_interval_s=settings.source_interval_gpu_slow_s
+                )
             sources = build_sources(settings, chosen, gpu_backend)
             if sources:
                 runner = SourceRunner(
-                    sources, timeout_s=settings.source_timeout_s, wall_clock=wall_clock
+                    sources,
+                    timeout_s=settings.source_timeout_s,
+                    intervals=source_intervals(settings),
+                    wall_clock=wall_clock,
                 )
                 owned.append(runner.close)
             if own_backend is not None:

@@ -95,6 +95,24 @@ OPTIONS: tuple[Option, ...] = (
            "Longest wait for one telemetry source (NVML, sysfs, /proc) per poll; a slower one "
            "keeps its last data, marked stale, and never delays the others. At least 100ms: "
            "less marks healthy sources stale. At most 1m: a source slower than that is hung."),
+    Option("--source-interval.gpu", "source_interval_gpu_s",
+           duration(max_s=3600.0, zero=True), 0.0,
+           "Least time between two readings of NVML; a poll sooner serves the last one. 0 (the "
+           "default): every poll. At most 1h."),
+    Option("--source-interval.gpu-slow", "source_interval_gpu_slow_s",
+           duration(min_s=1.0, max_s=3600.0), 30.0,
+           "Least time between two readings of the NVML fields that are slow in the driver or "
+           "rarely change: PCIe throughput (a 20 ms sample per direction), ECC and remapped-row "
+           "counts, the power limit. At least 1s, at most 1h."),
+    Option("--source-interval.sysfs", "source_interval_sysfs_s",
+           duration(max_s=3600.0, zero=True), 0.0,
+           "Least time between two readings of the sysfs device counters (PCI, network, "
+           "InfiniBand, DRM); a poll sooner serves the last one. 0 (the default): every poll. "
+           "At most 1h."),
+    Option("--source-interval.cpu", "source_interval_cpu_s",
+           duration(max_s=3600.0, zero=True), 0.0,
+           "Least time between two readings of the per-CPU times in /proc/stat. 0 (the "
+           "default): every poll. At most 1h."),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
@@ -124,6 +142,10 @@ class Settings:
     path_pod_logs: str
     path_container_logs: str
     source_timeout_s: float
+    source_interval_gpu_s: float
+    source_interval_gpu_slow_s: float
+    source_interval_sysfs_s: float
+    source_interval_cpu_s: float
     gpu_resources: tuple[str, ...]
     log_level: str
     log_format: str

@@ -68,6 +68,9 @@ class NodeView:
             previous=previous.snapshot.telemetry if previous is not None else None,
             idle_before=previous.joined.idle_since() if previous and previous.joined else None,
             gpu_resources=gpu_resources,
+            busy_before=previous.joined.shared_pool_busy_ratio
+            if previous is not None and previous.joined is not None
+            else None,
             numa_aligned=previous.joined.numa_aligned
             if unchanged and previous is not None and previous.joined is not None
             else None,

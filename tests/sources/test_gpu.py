@@ -735,3 +735,53 @@ def test_real_pynvml_module_injected_directly() -> None:
     assert isinstance(inv, GpuInventory)
     if not _nvml_library_present():
         assert not inv.available
+
+
+# ------------------------------------------------------------------ cadence
+
+
+def test_slow_fields_are_read_at_most_every_slow_interval() -> None:
+    """PCIe throughput, ECC, remapped rows and the power limit are asked of the driver
+    once per slow interval and served from the last reading between; utilisation and
+    power every read. A re-initialised NVML reads them at once."""
+    fake = two_gpus()
+    clock = Clock()
+    backend = NvmlBackend(fake, clock=clock, slow_interval_s=30.0)
+    first = by_uuid(backend.read())
+    slow_calls = {
+        f: fake.calls[f]
+        for f in (
+            "nvmlDeviceGetPcieThroughput",
+            "nvmlDeviceGetTotalEccErrors",
+            "nvmlDeviceGetRemappedRows",
+            "nvmlDeviceGetEnforcedPowerLimit",
+        )
+    }
+    assert slow_calls == {
+        "nvmlDeviceGetPcieThroughput": 4,  # two GPUs, two directions
+        "nvmlDeviceGetTotalEccErrors": 4,
+        "nvmlDeviceGetRemappedRows": 2,
+        "nvmlDeviceGetEnforcedPowerLimit": 2,
+    }
+    power_calls = fake.calls["nvmlDeviceGetPowerUsage"]
+    fake.gpus[0].ecc_corrected = 7
+    fake.gpus[0].pcie_tx_kbps = 10
+    clock.now += 29.0
+    second = by_uuid(backend.read())
+    assert {f: fake.calls[f] for f in slow_calls} == slow_calls
+    assert fake.calls["nvmlDeviceGetPowerUsage"] == power_calls + 2
+    assert second[GPU_A].ecc_corrected_total == first[GPU_A].ecc_corrected_total == 0
+    assert second[GPU_A].pcie_tx_bytes_per_second == 0
+    clock.now += 1.0
+    third = by_uuid(backend.read())
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 8
+    assert third[GPU_A].ecc_corrected_total == 7
+    assert third[GPU_A].pcie_tx_bytes_per_second == 10 * 1024
+
+
+def test_without_a_slow_interval_every_read_asks_for_everything() -> None:
+    fake = two_gpus()
+    backend = NvmlBackend(fake, clock=Clock())
+    backend.read()
+    backend.read()
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 8

@@ -53,7 +53,10 @@ MIG devices) and its processes. Board-level fields are not asked of MIG devices,
 so per-pod sums of power or energy cannot count a board twice.
 
 ``nvmlDeviceGetPcieThroughput`` samples for about 20 ms in the driver, twice per
-GPU, so a read of 8 GPUs takes a few hundred milliseconds.
+GPU, so a read of 8 GPUs takes a few hundred milliseconds. It and the fields that
+rarely change (ECC totals, remapped rows, the enforced power limit: infoROM and
+firmware queries) are read per GPU at most every ``slow_interval_s``
+(``--source-interval.gpu-slow``); reads between serve their last values.
 
 Topology (:meth:`NvmlBackend.topology`, asked separately from ``read``, e.g. by the
 device plugin to place multi-GPU allocations): for each pair of whole GPUs, NVML's
@@ -205,7 +208,10 @@ def pci_bus_id_from_nvml(bus_id: str | bytes) -> str | None:
 
 
 def open_nvml_backend(
-    *, init_retry_s: float = DEFAULT_INIT_RETRY_S, clock: Callable[[], float] = time.monotonic
+    *,
+    init_retry_s: float = DEFAULT_INIT_RETRY_S,
+    clock: Callable[[], float] = time.monotonic,
+    slow_interval_s: float = 0.0,
 ) -> NvmlBackend:
     """An :class:`NvmlBackend` on the real ``pynvml``, imported only now.
 
@@ -216,10 +222,24 @@ def open_nvml_backend(
         import pynvml
     except ImportError as err:
         raise SourceError(f"cannot import pynvml (package nvidia-ml-py): {err}") from err
-    return NvmlBackend(pynvml, init_retry_s=init_retry_s, clock=clock)
+    return NvmlBackend(
+        pynvml, init_retry_s=init_retry_s, clock=clock, slow_interval_s=slow_interval_s
+    )
 
 
 # ----------------------------------------------------------------------- private
+
+
+@dataclass(frozen=True, slots=True)
+class _Slow:
+    """A GPU's fields read at most every ``slow_interval_s``."""
+
+    power_limit_watts: float | None
+    pcie_tx_bytes_per_second: float | None
+    pcie_rx_bytes_per_second: float | None
+    ecc_corrected_total: int | None
+    ecc_uncorrected_total: int | None
+    remapped_rows: Sequence[int] | None
 
 
 class _DeviceFailed(Exception):
@@ -362,7 +382,8 @@ class NvmlBackend:
     ``nvml`` is the pynvml module (or a fake of it). ``init_retry_s`` is the least
     time between two ``nvmlInit`` attempts while NVML is unavailable; ``clock`` a
     monotonic clock in seconds; ``close_wait_s`` how long :meth:`close` waits for a
-    read in progress. Init is first tried here; nothing here raises.
+    read in progress; ``slow_interval_s`` the least time between two readings of a
+    GPU's slow fields (0: every read). Init is first tried here; nothing here raises.
     Safe to call from several threads (reads are serialised).
     """
 
@@ -373,8 +394,11 @@ class NvmlBackend:
         init_retry_s: float = DEFAULT_INIT_RETRY_S,
         clock: Callable[[], float] = time.monotonic,
         close_wait_s: float = DEFAULT_CLOSE_WAIT_S,
+        slow_interval_s: float = 0.0,
     ) -> None:
         self._nvml = nvml
+        self._slow_interval_s = slow_interval_s
+        self._slow: dict[str, tuple[float, _Slow]] = {}  # uuid -> (when read, slow fields)
         self._close_wait_s = close_wait_s
         self._error: type[Exception] = nvml.NVMLError
         # pynvml raises this (not an NVMLError) from unversioned functions whose
@@ -526,6 +550,7 @@ class NvmlBackend:
 
     def _teardown(self) -> None:
         """Free the event set and shut NVML down, ignoring errors (it may be gone)."""
+        self._slow.clear()
         nvml = self._nvml
         if self._ready:
             if self._event_set is not None:
@@ -763,12 +788,8 @@ class NvmlBackend:
         mig_enabled = None if mig_mode is None else int(mig_mode[0]) == nvml.NVML_DEVICE_MIG_ENABLE
         util: _Utilization | None = self._get(nvml.nvmlDeviceGetUtilizationRates, handle)
         mem: _Memory | None = self._get(nvml.nvmlDeviceGetMemoryInfo, handle)
-        rows: Sequence[int] | None = self._get(nvml.nvmlDeviceGetRemappedRows, handle)
-        ecc = (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
-        ecc_corrected, ecc_uncorrected = (
-            self._get_int(nvml.nvmlDeviceGetTotalEccErrors, handle, t, nvml.NVML_AGGREGATE_ECC)
-            for t in ecc
-        )
+        slow = self._slow_fields(handle, ident.uuid)
+        rows = slow.remapped_rows
         gpu = GpuReading(
             uuid=ident.uuid,
             index=index,
@@ -781,7 +802,7 @@ class NvmlBackend:
             memory_used_bytes=None if mem is None else int(mem.used),
             memory_total_bytes=None if mem is None else int(mem.total),
             power_watts=_milli(self._get_int(nvml.nvmlDeviceGetPowerUsage, handle)),
-            power_limit_watts=_milli(self._get_int(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
+            power_limit_watts=slow.power_limit_watts,
             energy_joules_total=_milli(
                 self._get_int(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
             ),
@@ -796,20 +817,10 @@ class NvmlBackend:
                 self._get_int(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM), 1e6
             ),
             clock_event_reasons=self._clock_event_reasons(handle),
-            pcie_tx_bytes_per_second=_scaled(
-                self._get_int(
-                    nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_TX_BYTES
-                ),
-                1024.0,
-            ),
-            pcie_rx_bytes_per_second=_scaled(
-                self._get_int(
-                    nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_RX_BYTES
-                ),
-                1024.0,
-            ),
-            ecc_corrected_total=ecc_corrected,
-            ecc_uncorrected_total=ecc_uncorrected,
+            pcie_tx_bytes_per_second=slow.pcie_tx_bytes_per_second,
+            pcie_rx_bytes_per_second=slow.pcie_rx_bytes_per_second,
+            ecc_corrected_total=slow.ecc_corrected_total,
+            ecc_uncorrected_total=slow.ecc_uncorrected_total,
             remapped_rows_correctable=None if rows is None else int(rows[0]),
             remapped_rows_uncorrectable=None if rows is None else int(rows[1]),
             remapped_rows_pending=None if rows is None else bool(rows[2]),
@@ -821,6 +832,34 @@ class NvmlBackend:
             self._migs.pop(ident.uuid, None)
             return [gpu]
         return [gpu, *self._read_migs(handle, index, ident)]
+
+    def _slow_fields(self, handle: Any, uuid: str) -> _Slow:
+        """The GPU's slow fields, read again only when ``slow_interval_s`` has passed."""
+        now = self._clock()
+        last = self._slow.get(uuid)
+        if last is not None and now - last[0] < self._slow_interval_s:
+            return last[1]
+        nvml = self._nvml
+        ecc = (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        ecc_corrected, ecc_uncorrected = (
+            self._get_int(nvml.nvmlDeviceGetTotalEccErrors, handle, t, nvml.NVML_AGGREGATE_ECC)
+            for t in ecc
+        )
+        pcie = (nvml.NVML_PCIE_UTIL_TX_BYTES, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx, rx = (
+            _scaled(self._get_int(nvml.nvmlDeviceGetPcieThroughput, handle, d), 1024.0)
+            for d in pcie
+        )
+        slow = _Slow(
+            power_limit_watts=_milli(self._get_int(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
+            pcie_tx_bytes_per_second=tx,
+            pcie_rx_bytes_per_second=rx,
+            ecc_corrected_total=ecc_corrected,
+            ecc_uncorrected_total=ecc_uncorrected,
+            remapped_rows=self._get(nvml.nvmlDeviceGetRemappedRows, handle),
+        )
+        self._slow[uuid] = (now, slow)
+        return slow
 
     def _clock_event_reasons(self, handle: Any) -> tuple[str, ...] | None:
         nvml = self._nvml
