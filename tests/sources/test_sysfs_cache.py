@@ -7,6 +7,7 @@ reading without a cache, and a removed, replaced or added device is noticed.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from collections.abc import Callable
@@ -59,16 +60,17 @@ def tree_root(tmp_path: Path) -> Path:
 
 
 class Opens:
-    """Counts the files a source module opens, by wrapping its ``open``."""
+    """Counts the files (not directories) the device source opens."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
 
-        def counting(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return open(*args, **kwargs)
+        def counting(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
+            if not flags & os.O_DIRECTORY:
+                self.count += 1
+            return os.open(path, flags, *args, **kwargs)
 
-        monkeypatch.setattr(devices, "open", counting, raising=False)
+        monkeypatch.setattr(devices, "_os_open", counting)
 
     def during(self, fn: Callable[[], object]) -> int:
         before = self.count
@@ -172,3 +174,16 @@ def test_topology_cache_reads_the_nodes_once(
     after = read_topology(tmp_path, cache)
     assert after == read_topology(tmp_path)
     assert 31 not in after.online_cpus and 31 not in after.cpu_to_numa
+
+
+def test_an_attribute_longer_than_a_page_is_read_whole(tmp_path: Path) -> None:
+    """One read takes a sysfs attribute whole; a longer file (not sysfs: a test tree, a
+    bind mount) is read to its end, not cut at the first chunk."""
+    long = tmp_path / "long"
+    long.write_text("x" * 10_000 + "\n")
+    assert devices._read(str(long)) == "x" * 10_000
+    exact = tmp_path / "exact"
+    exact.write_text("y" * 4096)
+    assert devices._read(str(exact)) == "y" * 4096
+    assert devices._read(str(tmp_path / "missing")) is None
+    assert devices._read(str(tmp_path)) is None  # a directory: EISDIR on read
