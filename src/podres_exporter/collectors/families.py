@@ -108,7 +108,9 @@ class Breakdown(Generic[_R]):
             self.documentation,
             [*labels, *self.by],
             self.samples(rows),
-            lambda s: [*label_values(s[0]), *s[1]],
+            (lambda s: label_values(s[0]))
+            if not self.by
+            else lambda s: [*label_values(s[0]), *s[1]],
             lambda s: s[2],
             counter=self.counter,
         )
@@ -150,6 +152,8 @@ class Table(Generic[_R]):
     families: tuple[Breakdown[_R] | Info[_R], ...]
 
     def render(self, rows: Sequence[_R]) -> Iterator[Metric]:
-        """Each family of the table over ``rows``, in table order."""
+        """Each family of the table over ``rows``, in table order (each row's shared
+        label values are worked out once, not once per family)."""
+        shared = {id(r): list(self.label_values(r)) for r in rows}
         for f in self.families:
-            yield f.render(self.labels, self.label_values, rows)
+            yield f.render(self.labels, lambda r: shared[id(r)], rows)
