@@ -7,7 +7,14 @@ from types import MappingProxyType
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podres_exporter.accounting import Holder, account
+from podres_exporter.accounting import (
+    LIVENESS_ANOMALY,
+    Holder,
+    PodCount,
+    PodMemory,
+    account,
+    pod_state,
+)
 from podres_exporter.model import (
     Allocatable,
     ApiVersion,
@@ -19,6 +26,7 @@ from podres_exporter.model import (
     MemoryBlock,
     NodeTopology,
     PodAlloc,
+    PodLiveness,
     Support,
 )
 
@@ -258,6 +266,179 @@ def test_pod_level_cpus_are_held_by_the_pod() -> None:
     assert [(h.holder.container, h.value) for h in acc.container_cpus] == [("", 1)]
 
 
+# ------------------------------------------------------------------ pod-level resources
+
+
+def _pod_scoped() -> PodAlloc:
+    """A pod-scoped pod: pod-level CPUs 2-5 (node 0) and 8 (node 1); ``excl`` lists 2-3,
+    ``shared`` runs in the pod's own pool and lists nothing."""
+    return PodAlloc(
+        "ns",
+        "p",
+        (ContainerAlloc("excl", cpu_ids=frozenset({2, 3})), ContainerAlloc("shared")),
+        cpu_ids=frozenset({2, 3, 4, 5, 8}),
+    )
+
+
+def test_pod_level_cpus_listed_by_a_container_are_the_containers_once() -> None:
+    """CPUs at both levels are the container's, with no anomaly; the rest are the pod's own."""
+    acc = account(reading((_pod_scoped(),), Allocatable(frozenset(range(16)))), topo())
+    held = {(h.holder.container, h.numa): h.value for h in acc.container_cpus}
+    assert held == {("excl", "0"): 2, ("", "0"): 2, ("", "1"): 1}
+    assert acc.anomalies["cpu_listed_by_several_containers"] == 0
+    assert acc.node_cpus[("0", "exclusive")] == 4
+    assert acc.node_cpus[("1", "exclusive")] == 1
+    assert acc.node_cpus[("0", "shared_free")] == 4  # 0, 1, 6, 7: every pod-level CPU left out
+    assert acc.node_cpus[("1", "shared_free")] == 7
+    owners = {a.cpu: a.holder for a in acc.cpu_assignments if a.pool == "exclusive"}
+    assert owners[2] == Holder("ns", "p", "excl")
+    assert owners[4] == Holder("ns", "p", "")
+
+
+def test_pod_shared_pool_cpus_per_numa_node() -> None:
+    """The pod's private shared pool: pod-level CPUs no container lists, per NUMA node."""
+    acc = account(reading((_pod_scoped(),), Allocatable(frozenset(range(16)))), topo())
+    assert acc.pod_shared_cpus == (PodCount("ns", "p", "0", 2), PodCount("ns", "p", "1", 1))
+
+
+def test_a_pod_whose_containers_take_all_its_cpus_has_an_empty_pool() -> None:
+    """Every pod-level CPU claimed by containers: a zero row, and no pod holder."""
+    p = PodAlloc("ns", "p", (ContainerAlloc("c", cpu_ids=frozenset({1, 2})),), frozenset({1, 2}))
+    acc = account(reading((p,), Allocatable(frozenset(range(16)))), topo())
+    assert acc.pod_shared_cpus == (PodCount("ns", "p", "0", 0),)
+    assert [h.holder.container for h in acc.container_cpus] == ["c"]
+
+
+def test_pod_level_cpu_of_another_pod_is_still_an_anomaly() -> None:
+    """A pod-level CPU another pod lists is listed by two holders: shared, an anomaly."""
+    other = pod("q", ContainerAlloc("c", cpu_ids=frozenset({4})))
+    acc = account(reading((_pod_scoped(), other), Allocatable(frozenset(range(16)))), topo())
+    assert acc.anomalies["cpu_listed_by_several_containers"] == 1
+    assert next(a for a in acc.cpu_assignments if a.cpu == 4).pool == "shared_free"
+
+
+def test_no_pod_level_fields_no_pod_rows() -> None:
+    """A kubelet without pod-level fields: no pool rows, accounting as before."""
+    p = pod(
+        "a", ContainerAlloc("c", cpu_ids=frozenset({1}), memory=(MemoryBlock("memory", GiB, (0,)),))
+    )
+    acc = account(reading((p,), Allocatable(frozenset(range(16)))), topo())
+    assert acc.pod_shared_cpus == ()
+    assert acc.pod_shared_memory == ()
+    assert LIVENESS_ANOMALY not in acc.anomalies
+
+
+def test_pod_level_memory_counts_once_and_the_rest_is_the_pods() -> None:
+    """Pod-level memory contains the containers' blocks: allocated once, the rest the pod's."""
+    p = PodAlloc(
+        "ns",
+        "p",
+        (ContainerAlloc("excl", memory=(MemoryBlock("memory", 2 * GiB, (0,)),)),),
+        memory=(MemoryBlock("memory", 3 * GiB, (0,)), MemoryBlock("hugepages-1Gi", GiB, (1,))),
+    )
+    alloc = Allocatable(
+        frozenset(range(16)),
+        memory=(MemoryBlock("memory", 8 * GiB, (0,)), MemoryBlock("hugepages-1Gi", 4 * GiB, (1,))),
+    )
+    acc = account(reading((p,), alloc), topo())
+    assert acc.node_memory[("0", "memory", "allocated")] == 3 * GiB
+    assert acc.node_memory[("0", "memory", "free")] == 5 * GiB
+    assert acc.node_memory[("1", "hugepages-1Gi", "allocated")] == GiB
+    held = {(m.holder.container, m.memory_type): m.size_bytes for m in acc.container_memory}
+    assert held == {("excl", "memory"): 2 * GiB, ("", "memory"): GiB, ("", "hugepages-1Gi"): GiB}
+    assert acc.pod_shared_memory == (
+        PodMemory("ns", "p", "hugepages-1Gi", "1", GiB),
+        PodMemory("ns", "p", "memory", "0", GiB),
+    )
+
+
+# ------------------------------------------------------------------ finished pods
+
+
+def _live(running: dict[str, str], finished: dict[str, str]) -> PodLiveness:
+    """Liveness facts: pods (by name, in ``default``) with their UIDs, running or not."""
+    uids = {("default", n): frozenset({u}) for n, u in {**running, **finished}.items()}
+    return PodLiveness(pod_uids=uids, live_uids=frozenset(running.values()))
+
+
+def test_pod_state_rule() -> None:
+    """Running: a UID with a cgroup; finished: UIDs none with a cgroup; else undecided."""
+    live = _live({"a": "u1"}, {"b": "u2"})
+    assert pod_state(live, "default", "a") == "running"
+    assert pod_state(live, "default", "b") == "finished"
+    assert pod_state(live, "default", "c") == "undecided"  # no log directory
+    assert pod_state(PodLiveness(None, frozenset({"u1"})), "default", "a") == "undecided"
+    assert pod_state(PodLiveness(live.pod_uids, None), "default", "a") == "undecided"
+
+
+def _contested() -> KubeletReading:
+    """``old`` finished but is still listed with gpu-0 and CPU 3, now ``new``'s."""
+    d = DeviceRef(GPU, "gpu-0", (0,))
+    old = pod("old", ContainerAlloc("c", cpu_ids=frozenset({3}), devices=(d,)))
+    new = pod("new", ContainerAlloc("c", cpu_ids=frozenset({3}), devices=(d,)))
+    return reading((old, new), Allocatable(frozenset(range(16)), devices=(d,)))
+
+
+def test_a_finished_holder_of_a_contested_device_is_not_counted() -> None:
+    """The running pod holds the device and the CPU; no anomaly of several holders."""
+    acc = account(_contested(), topo(), _live({"new": "u2"}, {"old": "u1"}))
+    assert [(r.holder.pod, r.device_id) for r in acc.container_devices] == [("new", "gpu-0")]
+    assert acc.anomalies["device_held_by_several_containers"] == 0
+    assert acc.anomalies["cpu_listed_by_several_containers"] == 0
+    assert [h.holder.pod for h in acc.container_cpus] == ["new"]
+    assert acc.anomalies[LIVENESS_ANOMALY] == 0
+
+
+def test_undecided_holders_keep_todays_accounting_and_count_an_anomaly() -> None:
+    """No evidence for one pod: both holders stay, and the device and CPU count as undecided."""
+    acc = account(_contested(), topo(), _live({"new": "u2"}, {}))
+    assert len(acc.container_devices) == 2
+    assert acc.anomalies["device_held_by_several_containers"] == 1
+    assert acc.anomalies["cpu_listed_by_several_containers"] == 1
+    assert acc.anomalies[LIVENESS_ANOMALY] == 2
+
+
+def test_without_liveness_facts_accounting_is_as_before() -> None:
+    """None: both holders counted, the anomalies as before, no liveness anomaly reported."""
+    acc = account(_contested(), topo())
+    assert len(acc.container_devices) == 2
+    assert acc.anomalies["device_held_by_several_containers"] == 1
+    assert LIVENESS_ANOMALY not in acc.anomalies
+
+
+def test_finished_pod_alone_keeps_its_device() -> None:
+    """Liveness settles only contested items: a finished pod alone still shows its device."""
+    d = DeviceRef(GPU, "gpu-0", (0,))
+    r = reading((pod("old", ContainerAlloc("c", devices=(d,))),), Allocatable(devices=(d,)))
+    acc = account(r, topo(), _live({}, {"old": "u1"}))
+    assert [r.holder.pod for r in acc.container_devices] == ["old"]
+
+
+# ------------------------------------------------------------------ DRA
+
+
+def test_dra_devices_per_driver_and_pool() -> None:
+    """Distinct devices per pool; same share id: one share; several shares: shared."""
+
+    def claim(name: str, device: str, share: str | None) -> DynamicResource:
+        return DynamicResource("ns", name, (ClaimDevice("drv", "pool-a", device, share_id=share),))
+
+    r = reading(
+        (
+            pod("a", ContainerAlloc("c", dynamic_resources=(claim("c1", "d0", "s1"),))),
+            pod("b", ContainerAlloc("c", dynamic_resources=(claim("c2", "d0", "s1"),))),
+            pod("c", ContainerAlloc("c", dynamic_resources=(claim("c3", "d1", "s1"),))),
+            pod("d", ContainerAlloc("c", dynamic_resources=(claim("c4", "d1", "s2"),))),
+            pod("e", ContainerAlloc("c", dynamic_resources=(claim("c5", "d2", None),))),
+        )
+    )
+    acc = account(r, topo())
+    assert dict(acc.dra_devices) == {
+        ("drv", "pool-a", "allocated"): 3,
+        ("drv", "pool-a", "shared"): 1,
+    }
+
+
 # ------------------------------------------------------------------ properties
 
 cpus16 = st.frozensets(st.integers(0, 15), max_size=16)
@@ -336,3 +517,34 @@ def test_device_states_per_id() -> None:
         ("g1", "0", "free"),
         ("g9", "1", "allocated_unhealthy"),
     }
+
+
+@st.composite
+def pod_scoped_readings(draw: st.DrawFn) -> KubeletReading:
+    """Pods whose pod-level sets hold their containers' CPUs and some of their own."""
+    free = sorted(draw(cpus16))
+    allocatable = frozenset(free)
+    pods = []
+    for i in range(draw(st.integers(0, 4))):
+        take = draw(st.integers(0, len(free)))
+        budget, free = free[:take], free[take:]
+        split = draw(st.integers(0, len(budget)))
+        container = ContainerAlloc("c", cpu_ids=frozenset(budget[:split]))
+        pods.append(
+            PodAlloc("default", f"p{i}", (container, ContainerAlloc("s")), frozenset(budget))
+        )
+    return reading(tuple(pods), Allocatable(cpu_ids=allocatable))
+
+
+@settings(max_examples=200, deadline=None)
+@given(pod_scoped_readings())
+def test_pod_level_cpus_count_once_and_leave_the_shared_pool(r: KubeletReading) -> None:
+    """Each pod-level CPU is exclusive once (container or pod), never shared_free; no anomaly."""
+    acc = account(r, topo())
+    budget = frozenset().union(*(p.cpu_ids for p in r.pods))
+    exclusive = {a.cpu for a in acc.cpu_assignments if a.pool == "exclusive"}
+    assert exclusive == budget
+    assert acc.anomalies["cpu_listed_by_several_containers"] == 0
+    assert sum(h.value for h in acc.container_cpus) == len(budget)
+    pool = sum(c.value for c in acc.pod_shared_cpus)
+    assert pool == sum(len(p.cpu_ids - p.containers[0].cpu_ids) for p in r.pods)

@@ -385,7 +385,8 @@ def holders_of_cpus(node: Node) -> dict[int, set[tuple[str, str, str]]]:
         for c in p.containers:
             for cpu in c.cpus:
                 listed[cpu].add((p.namespace, p.name, c.name))
-        for cpu in p.cpus:
+        in_containers = {cpu for c in p.containers for cpu in c.cpus}
+        for cpu in set(p.cpus) - in_containers:
             listed[cpu].add((p.namespace, p.name, ""))
     return listed
 

@@ -14,6 +14,15 @@ CPU pools (every online CPU is in exactly one of exclusive / shared_free / reser
 - shared_free: the free shared pool, allocatable minus the union of exclusive CPUs.
 - reserved: online but not allocatable (the kubelet's reserved CPUs).
 
+Pod-level resources (kubelets with ``PodLevelResourceManagers`` and Topology Manager
+scope ``pod``): a pod's pod-level CPU set is its whole exclusive budget and contains
+the CPUs its exclusive containers list for themselves. A CPU in both is the
+container's, counted once; a pod-level CPU no container lists is in the pod's private
+shared pool, exclusive to the pod and held by the pod itself (holder container
+``""``). Pod-level memory works the same way per NUMA placement and type: the part
+no container claims is held by the pod. A kubelet that sends no pod-level fields is
+accounted exactly as before.
+
 A CPU listed by several containers cannot be exclusive (kubelets 1.20 to 1.22
 listed the whole shared cpuset for shared containers): it counts as shared and
 is reported as the ``cpu_listed_by_several_containers`` anomaly. A holder (namespace,
@@ -25,6 +34,18 @@ allocated (held by some container, each id once), unallocated (allocatable and
 held by nobody) and allocated_unhealthy (held but no longer allocatable: the
 device went unhealthy, or its plugin's stream dropped, while in use). Without
 an allocatable reading only ``allocated`` is known, and only it is reported.
+
+Finished pods on kubelets before 1.34: List may still show a finished pod with devices
+(or CPUs) that were given back and handed to another pod. When liveness facts are
+given (:class:`~podres_exporter.model.PodLiveness`), a device or exclusive CPU listed by
+several pods is held by the pods that still run: a finished holder is dropped. Where
+the facts cannot tell, nothing is dropped and the ``holder_liveness_undecided`` anomaly
+counts it (see :func:`pod_state` for the rule). Without liveness facts (None) the
+accounting is as before and that anomaly is not reported at all.
+
+DRA: one row per claim device and holder; per driver and pool, the distinct devices
+allocated, and those shared (used through several shares, or by several claims). Claims
+with the same ``share_id`` on one device are one share of it.
 
 Memory per NUMA placement and type: allocatable, allocated, free. A block
 pinned to several NUMA nodes is labelled with all of them (``"0,1"``) and, for
@@ -48,6 +69,7 @@ from podres_exporter.model import (
     NodeTopology,
     NumaNodes,
     PodAlloc,
+    PodLiveness,
     numa_label,
 )
 
@@ -64,6 +86,11 @@ ANOMALIES = (
     "empty_name",  # an empty namespace, pod, container or resource name
     "memory_overcommitted",  # allocated above allocatable on a NUMA node
 )
+# Reported only when liveness facts were given: a device or CPU listed by several pods
+# where it could not be told which of them still run.
+LIVENESS_ANOMALY = "holder_liveness_undecided"
+DRA_STATES = ("allocated", "shared")
+POD_STATES = ("running", "finished", "undecided")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +159,27 @@ class HeldClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class PodCount:
+    """An amount a pod keeps in its private shared pool on one NUMA placement."""
+
+    namespace: str
+    pod: str
+    numa: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodMemory:
+    """Pod-level memory of one type that no container of the pod claims."""
+
+    namespace: str
+    pod: str
+    memory_type: str
+    numa: str
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Accounting:
     """Everything the exporter says about allocation, as plain sorted rows.
 
@@ -153,17 +201,101 @@ class Accounting:
     pods: int
     containers: int
     anomalies: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Pod-level resources: one row per pod with a pod-level CPU set and NUMA node of it.
+    pod_shared_cpus: tuple[PodCount, ...] = ()
+    pod_shared_memory: tuple[PodMemory, ...] = ()
+    # DRA per (driver, pool, state): distinct devices allocated, and those shared.
+    dra_devices: Mapping[tuple[str, str, str], int] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 def _holdings(pod: PodAlloc) -> Iterator[tuple[Holder, ContainerAlloc]]:
-    """Each container of ``pod`` with its holder; pod-level resources as container ``""``."""
+    """Each container of ``pod`` with its holder (pod-level resources carry no devices)."""
     for c in pod.containers:
         yield Holder(pod.namespace, pod.name, c.name), c
-    if pod.cpu_ids or pod.memory:
-        yield (
-            Holder(pod.namespace, pod.name, ""),
-            ContainerAlloc(name="", cpu_ids=pod.cpu_ids, memory=pod.memory),
-        )
+
+
+def _cpu_holdings(pod: PodAlloc) -> Iterator[tuple[Holder, frozenset[int]]]:
+    """Each container's CPUs; the pod's own (pod-level CPUs no container lists) as ``""``."""
+    in_containers: set[int] = set()
+    for c in pod.containers:
+        in_containers |= c.cpu_ids
+        yield Holder(pod.namespace, pod.name, c.name), c.cpu_ids
+    private = pod.cpu_ids - in_containers
+    if private:
+        yield Holder(pod.namespace, pod.name, ""), private
+
+
+def _pod_memory_left(pod: PodAlloc) -> tuple[MemoryBlock, ...]:
+    """The pod-level memory no container of ``pod`` claims, per type and placement."""
+    if not pod.memory:
+        return ()
+    claimed: Counter[tuple[str, NumaNodes]] = Counter()
+    for c in pod.containers:
+        for b in c.memory:
+            claimed[(b.memory_type, b.numa)] += b.size_bytes
+    total: Counter[tuple[str, NumaNodes]] = Counter()
+    for b in pod.memory:
+        total[(b.memory_type, b.numa)] += b.size_bytes
+    return tuple(
+        MemoryBlock(mtype, max(size - claimed.get((mtype, numa), 0), 0), numa)
+        for (mtype, numa), size in total.items()
+    )
+
+
+def _memory_holdings(pod: PodAlloc) -> Iterator[tuple[Holder, tuple[MemoryBlock, ...]]]:
+    """Each container's pinned memory; the pod's own unclaimed pod-level memory as ``""``."""
+    for c in pod.containers:
+        yield Holder(pod.namespace, pod.name, c.name), c.memory
+    left = tuple(b for b in _pod_memory_left(pod) if b.size_bytes)
+    if left:
+        yield Holder(pod.namespace, pod.name, ""), left
+
+
+def pod_state(liveness: PodLiveness, namespace: str, pod: str) -> str:
+    """``running``, ``finished`` or ``undecided`` for one listed pod, from node-local facts.
+
+    The rule: the kubelet creates a pod's cgroup before its sandbox, and the sandbox
+    before the pod's log directory ``/var/log/pods/<ns>_<pod>_<uid>``; it removes the
+    pod cgroup once the pod has finished, and the log directory only when the pod is
+    deleted. So a pod whose log directory names a UID that still has a pod cgroup is
+    running; a pod with log directories none of whose UIDs has a cgroup has finished.
+    A pod with no log directory (not started yet, or already deleted), or a node where
+    either tree could not be read, is undecided.
+    """
+    if liveness.pod_uids is None or liveness.live_uids is None:
+        return "undecided"
+    uids = liveness.pod_uids.get((namespace, pod))
+    if not uids:
+        return "undecided"
+    return "running" if uids & liveness.live_uids else "finished"
+
+
+def _settle(
+    holders: Mapping[Holder, object],
+    liveness: PodLiveness | None,
+    states: dict[tuple[str, str], str],
+    anomalies: Counter[str],
+) -> list[Holder]:
+    """The holders that count for one CPU or device listed by ``holders``.
+
+    Without liveness facts, or with one pod listing it, every holder counts (as
+    before). Listed by several pods: the finished pods' holders are dropped; when a
+    pod among those left is undecided, nothing is dropped and it is an anomaly.
+    """
+    listed = list(holders)
+    if liveness is None or len({(h.namespace, h.pod) for h in listed}) == 1:
+        return listed
+    for h in listed:
+        key = (h.namespace, h.pod)
+        if key not in states:
+            states[key] = pod_state(liveness, *key)
+    if any(states[(h.namespace, h.pod)] == "undecided" for h in listed):
+        anomalies[LIVENESS_ANOMALY] += 1
+        return listed
+    running = [h for h in listed if states[(h.namespace, h.pod)] == "running"]
+    return running or listed
 
 
 def _cpu_numa(topology: NodeTopology, cpu: int) -> str:
@@ -172,7 +304,11 @@ def _cpu_numa(topology: NodeTopology, cpu: int) -> str:
 
 
 def account_cpus(
-    reading: KubeletReading, topology: NodeTopology, anomalies: Counter[str]
+    reading: KubeletReading,
+    topology: NodeTopology,
+    anomalies: Counter[str],
+    liveness: PodLiveness | None = None,
+    pod_states: dict[tuple[str, str], str] | None = None,
 ) -> tuple[str, dict[tuple[str, str], int], list[CpuAssignment], list[HolderCount]]:
     """CPU pools per NUMA node, one assignment per CPU, exclusive CPUs per holder."""
     if reading.api_version is ApiVersion.V1ALPHA1:
@@ -186,12 +322,17 @@ def account_cpus(
     # one holder (its series could not tell the two apart anyway).
     listed_by: dict[int, dict[Holder, None]] = defaultdict(dict)
     for pod in reading.pods:
-        for holder, c in _holdings(pod):
-            for cpu in c.cpu_ids:
+        for holder, cpus in _cpu_holdings(pod):
+            for cpu in cpus:
                 listed_by[cpu][holder] = None
-    owner = {cpu: next(iter(hs)) for cpu, hs in listed_by.items() if len(hs) == 1}
+    seen_states = {} if pod_states is None else pod_states
+    counted = {
+        cpu: _settle(hs, liveness, seen_states, anomalies) if len(hs) > 1 else list(hs)
+        for cpu, hs in listed_by.items()
+    }
+    owner = {cpu: hs[0] for cpu, hs in counted.items() if len(hs) == 1}
     anomalies["cpu_listed_by_several_containers"] += sum(
-        1 for hs in listed_by.values() if len(hs) > 1
+        1 for hs in counted.values() if len(hs) > 1
     )
     anomalies["cpu_not_online"] += len((set(owner) | allocatable) - online)
 
@@ -231,7 +372,10 @@ def account_cpus(
 
 
 def account_devices(
-    reading: KubeletReading, anomalies: Counter[str]
+    reading: KubeletReading,
+    anomalies: Counter[str],
+    liveness: PodLiveness | None = None,
+    pod_states: dict[tuple[str, str], str] | None = None,
 ) -> tuple[dict[tuple[str, str, str], int], list[HeldDevice], list[DeviceState]]:
     """Device counts per resource, NUMA placement and state; one row per held device."""
     allocatable: dict[tuple[str, str], NumaNodes] = {}
@@ -244,6 +388,12 @@ def account_devices(
         for holder, c in _holdings(pod):
             for d in c.devices:
                 holders[(d.resource, d.device_id)].setdefault(holder, d)
+    if liveness is not None:
+        seen_states = {} if pod_states is None else pod_states
+        for key, hs in holders.items():
+            if len(hs) > 1:
+                kept = _settle(hs, liveness, seen_states, anomalies)
+                holders[key] = {h: hs[h] for h in kept}
 
     anomalies["device_held_by_several_containers"] += sum(
         1 for hs in holders.values() if len(hs) > 1
@@ -323,8 +473,8 @@ def account_memory(
     used_per_node: Counter[tuple[str, str]] = Counter()
     held: Counter[tuple[Holder, str, str]] = Counter()
     for pod in reading.pods:
-        for holder, c in _holdings(pod):
-            for b in c.memory:
+        for holder, blocks in _memory_holdings(pod):
+            for b in blocks:
                 label = numa_label(b.numa)
                 allocated[(label, b.memory_type)] += b.size_bytes
                 held[(holder, b.memory_type, label)] += b.size_bytes
@@ -365,8 +515,69 @@ def _claims(pods: Iterable[PodAlloc]) -> list[HeldClaim]:
     )
 
 
-def account(reading: KubeletReading, topology: NodeTopology) -> Accounting:
-    """The whole accounting of one reading on one node."""
+def _pod_pools(
+    pods: Iterable[PodAlloc], topology: NodeTopology
+) -> tuple[list[PodCount], list[PodMemory]]:
+    """Each pod-scoped pod's private shared pool: CPUs per NUMA node, memory per type.
+
+    A pod with a pod-level CPU set has a row for every NUMA node of that set, zero
+    when its containers claim all of it; likewise for pod-level memory.
+    """
+    cpus: dict[tuple[str, str, str], int] = {}
+    memory: dict[tuple[str, str, str, str], int] = {}
+    for pod in pods:
+        if pod.cpu_ids:
+            claimed = frozenset().union(*(c.cpu_ids for c in pod.containers))
+            for cpu in pod.cpu_ids:
+                key = (pod.namespace, pod.name, _cpu_numa(topology, cpu))
+                cpus[key] = cpus.get(key, 0) + (cpu not in claimed)
+        for b in _pod_memory_left(pod):
+            mkey = (pod.namespace, pod.name, b.memory_type, numa_label(b.numa))
+            memory[mkey] = b.size_bytes
+    return (
+        [PodCount(ns, p, n, v) for (ns, p, n), v in sorted(cpus.items())],
+        [PodMemory(ns, p, t, n, v) for (ns, p, t, n), v in sorted(memory.items())],
+    )
+
+
+def _dra_devices(pods: Iterable[PodAlloc]) -> dict[tuple[str, str, str], int]:
+    """Distinct DRA devices per driver and pool, allocated and shared.
+
+    A device is (driver, pool, device); its shares are the distinct share ids it is
+    used through (a claim without one is a share of its own, by claim). Claims with
+    the same share id on one device are one share. A device with several shares is
+    shared. Claims from kubelets before 1.31 name no device and are left out.
+    """
+    shares: dict[tuple[str, str, str], set[tuple[str, ...]]] = defaultdict(set)
+    for pod in pods:
+        for _, c in _holdings(pod):
+            for claim in c.dynamic_resources:
+                for d in claim.devices:
+                    if not d.device:
+                        continue
+                    share = (
+                        ("share", d.share_id)
+                        if d.share_id is not None
+                        else ("claim", claim.claim_namespace, claim.claim_name)
+                    )
+                    shares[(d.driver, d.pool, d.device)].add(share)
+    counts: dict[tuple[str, str, str], int] = {}
+    for (driver, pool, _), used in shares.items():
+        for state in DRA_STATES:
+            counts.setdefault((driver, pool, state), 0)
+        counts[(driver, pool, "allocated")] += 1
+        counts[(driver, pool, "shared")] += len(used) > 1
+    return counts
+
+
+def account(
+    reading: KubeletReading, topology: NodeTopology, liveness: PodLiveness | None = None
+) -> Accounting:
+    """The whole accounting of one reading on one node.
+
+    ``liveness``: what the node tells about which pods still run, to settle devices and
+    CPUs listed by several pods (None: not known, every holder counts, as before).
+    """
     anomalies: Counter[str] = Counter()
     anomalies["empty_name"] += sum(
         1
@@ -374,9 +585,16 @@ def account(reading: KubeletReading, topology: NodeTopology) -> Accounting:
         for name in (pod.namespace, pod.name, *(c.name for c in pod.containers))
         if not name
     )
-    basis, node_cpus, assignments, container_cpus = account_cpus(reading, topology, anomalies)
-    node_devices, container_devices, device_states = account_devices(reading, anomalies)
+    states: dict[tuple[str, str], str] = {}
+    basis, node_cpus, assignments, container_cpus = account_cpus(
+        reading, topology, anomalies, liveness, states
+    )
+    node_devices, container_devices, device_states = account_devices(
+        reading, anomalies, liveness, states
+    )
     node_memory, container_memory = account_memory(reading, anomalies)
+    pod_cpus, pod_memory = _pod_pools(reading.pods, topology)
+    kinds = ANOMALIES if liveness is None else (*ANOMALIES, LIVENESS_ANOMALY)
     return Accounting(
         cpu_basis=basis,
         node_cpus=MappingProxyType(node_cpus),
@@ -390,7 +608,10 @@ def account(reading: KubeletReading, topology: NodeTopology) -> Accounting:
         claims=tuple(_claims(reading.pods)),
         pods=len(reading.pods),
         containers=sum(len(p.containers) for p in reading.pods),
-        anomalies=MappingProxyType({k: anomalies.get(k, 0) for k in ANOMALIES}),
+        anomalies=MappingProxyType({k: anomalies.get(k, 0) for k in kinds}),
+        pod_shared_cpus=tuple(pod_cpus),
+        pod_shared_memory=tuple(pod_memory),
+        dra_devices=MappingProxyType(_dra_devices(reading.pods)),
     )
 
 
@@ -398,7 +619,10 @@ __all__ = [
     "ANOMALIES",
     "CPU_POOLS",
     "DEVICE_STATES",
+    "DRA_STATES",
+    "LIVENESS_ANOMALY",
     "MEMORY_STATES",
+    "POD_STATES",
     "Accounting",
     "CpuAssignment",
     "DeviceState",
@@ -407,5 +631,8 @@ __all__ = [
     "HeldMemory",
     "Holder",
     "HolderCount",
+    "PodCount",
+    "PodMemory",
     "account",
+    "pod_state",
 ]

@@ -158,6 +158,21 @@ class KubeletReading:
 
 
 @dataclass(frozen=True, slots=True)
+class PodLiveness:
+    """What the node itself tells about which pods still run (no API-server rights needed).
+
+    ``pod_uids``: the UIDs the kubelet's log layout names for each (namespace, pod), from
+    the ``<namespace>_<pod>_<uid>`` directories of ``/var/log/pods``; None when that
+    directory could not be read. ``live_uids``: the UIDs that still have a pod cgroup
+    under ``kubepods``; None when no kubepods hierarchy could be found. The rule that
+    turns these facts into running / finished / undecided is ``accounting.pod_state``.
+    """
+
+    pod_uids: Mapping[tuple[str, str], frozenset[str]] | None
+    live_uids: frozenset[str] | None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeTopology:
     """CPUs of the node and their NUMA nodes, read from sysfs."""
 
@@ -200,7 +215,8 @@ class Snapshot:
 
     ``reading`` is the last good kubelet reading (possibly from an earlier poll);
     ``kubelet_up`` says whether THIS poll reached the kubelet. ``generation``
-    increases with every published Snapshot.
+    increases with every published Snapshot. ``liveness``: the node's facts on which
+    listed pods still run, read beside the kubelet (None: not read; every holder counts).
     """
 
     generation: int
@@ -212,6 +228,7 @@ class Snapshot:
     stats: RequestStats = field(default_factory=RequestStats)
     suspect_empty_readings: int = 0
     telemetry: Telemetry | None = None
+    liveness: PodLiveness | None = None  # which listed pods still run; None: not read
 
     @property
     def ready(self) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -32,12 +33,20 @@ from podres_exporter import collectors
 from podres_exporter.collectors import Collector, RenderContext
 from podres_exporter.errors import ConfigError, KubeletError, SourceError
 from podres_exporter.ids import DEFAULT_GPU_RESOURCES
-from podres_exporter.model import KubeletReading, NodeTopology, PodAlloc, RequestStats, Snapshot
+from podres_exporter.model import (
+    KubeletReading,
+    NodeTopology,
+    PodAlloc,
+    PodLiveness,
+    RequestStats,
+    Snapshot,
+)
 from podres_exporter.settings import Settings
 from podres_exporter.sources.cputopology import TopologyCache, read_topology
 from podres_exporter.sources.devices import StaticCache, read_devices
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
+from podres_exporter.sources.liveness import read_liveness
 from podres_exporter.sources.procfs import read_container_index, read_cpu_times, read_pid_cgroups
 from podres_exporter.telemetry import SourceStatus, Telemetry
 from podres_exporter.view import NodeView
@@ -280,6 +289,7 @@ class Observation:
     ``topology`` None: sysfs could not be read (``topology_error`` says why).
     ``reading`` None: the kubelet could not be read (``kubelet_error``).
     ``telemetry`` None: no telemetry source is enabled.
+    ``liveness`` None: not read (no reading, or no liveness source).
     """
 
     topology: NodeTopology | None
@@ -289,6 +299,7 @@ class Observation:
     telemetry: Telemetry | None
     stats: RequestStats
     taken_at: float
+    liveness: PodLiveness | None = None
 
 
 class NodeReader:
@@ -310,8 +321,10 @@ class NodeReader:
         gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES,
         owned: Iterable[Callable[[], None]] = (),
         wall_clock: Callable[[], float] = time.time,
+        liveness: Callable[[], PodLiveness] | None = None,
     ) -> None:
         self.kubelet = kubelet
+        self._liveness = liveness
         self.enabled = tuple(enabled)
         self._read_topology = read_topology
         self._runner = runner
@@ -360,6 +373,9 @@ class NodeReader:
         return cls(
             client,
             partial(read_topology, settings.path_sysfs, TopologyCache()),
+            liveness=partial(
+                read_liveness, settings.path_pod_logs, Path(settings.path_sysfs, "fs", "cgroup")
+            ),
             enabled=chosen,
             runner=runner,
             gpu_resources=settings.gpu_resources,
@@ -387,6 +403,9 @@ class NodeReader:
             reading = self.kubelet.read()
         except KubeletError as err:
             kubelet_error = err
+        liveness = None
+        if reading is not None and self._liveness is not None:
+            liveness = self._liveness()  # never raises: an unreadable part is None
         telemetry = self._runner.collect() if self._runner is not None else None
         return Observation(
             topology=topology,
@@ -396,6 +415,7 @@ class NodeReader:
             telemetry=telemetry,
             stats=self.kubelet.stats(),
             taken_at=self._wall(),
+            liveness=liveness,
         )
 
     def view(
@@ -416,9 +436,9 @@ class NodeReader:
         topology = seen.topology
         if topology is None:
             topology = last.topology if last is not None else NodeTopology(frozenset())
-        reading = seen.reading
+        reading, liveness = seen.reading, seen.liveness
         if reading is None and last is not None:
-            reading = last.reading
+            reading, liveness = last.reading, last.liveness
         error = seen.kubelet_error
         snap = Snapshot(
             generation=generation,
@@ -430,6 +450,7 @@ class NodeReader:
             stats=seen.stats,
             suspect_empty_readings=suspect_empty_readings,
             telemetry=seen.telemetry,
+            liveness=liveness,
         )
         return NodeView.of(snap, previous, gpu_resources=self._gpu_resources)
 

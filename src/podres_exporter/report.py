@@ -51,6 +51,7 @@ def _pod(pod: PodAlloc, numa_of: dict[int, str]) -> dict[str, Any]:
                                 "device": d.device,
                                 "cdi_devices": list(d.cdi_devices),
                             }
+                            | ({"share_id": d.share_id} if d.share_id is not None else {})
                             for d in r.devices
                         ],
                     }
@@ -60,8 +61,10 @@ def _pod(pod: PodAlloc, numa_of: dict[int, str]) -> dict[str, Any]:
         )
     out: dict[str, Any] = {"namespace": pod.namespace, "name": pod.name, "containers": containers}
     if pod.cpu_ids or pod.memory:
+        claimed = frozenset().union(*(c.cpu_ids for c in pod.containers))
         out["pod_level"] = {
             "exclusive_cpus": format_cpulist(pod.cpu_ids),
+            "shared_pool_cpus": format_cpulist(pod.cpu_ids - claimed),
             "memory": _memory(pod.memory),
         }
     return out
@@ -184,6 +187,8 @@ def to_dict(view: NodeView, *, only: PodAlloc | None = None) -> dict[str, Any]:
             "containers": acc.containers,
             "anomalies": {k: v for k, v in acc.anomalies.items() if v},
         }
+        if acc.dra_devices:
+            node["dra_devices"] = _nest(acc.dra_devices, 3)
         pods = (only,) if only is not None else reading.pods
         out["pods"] = [_pod(p, numa_of) for p in sorted(pods, key=lambda p: (p.namespace, p.name))]
     out["node"] = node

@@ -46,13 +46,14 @@ class NodeView:
             and reading is not None
             and same_state(before.reading, reading)
             and before.topology == snapshot.topology
+            and before.liveness == snapshot.liveness
         )
         acc: Accounting | None = None
         if reading is not None:
             if unchanged and previous is not None and previous.accounting is not None:
                 acc = previous.accounting
             else:
-                acc = account(reading, snapshot.topology)
+                acc = account(reading, snapshot.topology, snapshot.liveness)
         if snapshot.telemetry is None:
             return cls(snapshot, acc)
         # Without any kubelet reading yet, devices still flow, with no holders.

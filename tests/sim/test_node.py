@@ -32,12 +32,23 @@ def check_invariants(node: Node) -> None:
     held_devices: list[tuple[str, str]] = []
     held_memory = 0
     for pod in node.pods:
+        if not pod.admitted:
+            assert all(c.empty for c in pod.containers), f"rejected pod {pod.name} holds resources"
+            assert not (pod.cpu_ids or pod.memory), f"rejected pod {pod.name} holds resources"
+        if not pod.active:  # rejected, or finished: its (stale) resources were given back
+            continue
+        in_containers: set[int] = set()
         for c in pod.containers:
-            if not pod.admitted:
-                assert c.empty, f"rejected pod {pod.name} holds resources"
             held_cpus.extend(c.cpu_ids)
+            in_containers.update(c.cpu_ids)
             held_devices.extend((d.resource, d.device_id) for d in c.devices)
             held_memory += sum(m.size for m in c.memory)
+        # pod-level resources contain the containers' own: only the rest is held besides
+        assert not pod.cpu_ids or in_containers <= set(pod.cpu_ids)
+        held_cpus.extend(set(pod.cpu_ids) - in_containers)
+        if pod.memory:
+            held_memory = held_memory - sum(m.size for c in pod.containers for m in c.memory)
+            held_memory += sum(m.size for m in pod.memory)
             for d in c.devices:
                 assert d.numa == next(
                     x.numa for x in spec.devices if (x.resource, x.id) == (d.resource, d.device_id)
@@ -396,3 +407,26 @@ def test_demo_churn_keeps_invariants_for_any_seed(seed: int) -> None:
     check_invariants(node)
     names = Counter((p.namespace, p.name) for p in node.pods)
     assert max(names.values()) == 1
+
+
+def test_pod_level_and_finished_pods_keep_every_invariant() -> None:
+    """Pod-level budgets and finished pods (resources given back) keep the invariants."""
+    node = Node(two_numa_node())
+    scoped = PodSpec.of(
+        "ns",
+        "scoped",
+        ContainerSpec.of("excl", cpu=1, memory="1Gi"),
+        ContainerSpec.of("pool"),
+        cpu=3,
+        memory="2Gi",
+    )
+    pod = node.admit(scoped)
+    assert len(pod.cpu_ids) == 3 and set(pod.containers[0].cpu_ids) < set(pod.cpu_ids)
+    assert sum(m.size for m in pod.memory) == 2 * 2**30
+    check_invariants(node)
+    job = node.admit(PodSpec.of("ns", "job", ContainerSpec.of("c", cpu=1, memory="1Gi")))
+    node.finish("ns", "job")
+    check_invariants(node)
+    again = node.admit(PodSpec.of("ns", "next", ContainerSpec.of("c", cpu=1, memory="1Gi")))
+    assert again.containers[0].cpu_ids == job.containers[0].cpu_ids  # handed on
+    check_invariants(node)

@@ -98,7 +98,19 @@ def test_demo_pods_cover_the_interesting_cases() -> None:
     assert any(p.spec.churn for p in pods)
 
 
-@pytest.mark.parametrize("name", ["demo", "minimal", "policy-none", "v1alpha1", "small", "large"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "demo",
+        "minimal",
+        "policy-none",
+        "v1alpha1",
+        "kubelet-1.33",
+        "kubelet-1.37",
+        "small",
+        "large",
+    ],
+)
 def test_builtin_scenarios_load(name: str) -> None:
     """Every shipped scenario loads and admits."""
     assert name in builtin_names()

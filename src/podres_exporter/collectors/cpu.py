@@ -1,7 +1,8 @@
 """CPU pools per NUMA node and exclusive CPUs per container.
 
-``podres_node_cpus``, ``podres_cpu_shared_pool_basis``, ``podres_container_exclusive_cpus``
-and ``podres_cpu_assignment_info``.
+``podres_node_cpus``, ``podres_cpu_shared_pool_basis``, ``podres_container_exclusive_cpus``,
+``podres_cpu_assignment_info`` and, for pods with pod-level CPU sets,
+``podres_pod_shared_pool_cpus``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ def _families(acc: Accounting) -> Iterator[Metric]:
         lambda row: [*holder_values(row.holder), row.numa],
         lambda row: row.value,
     )
+    if acc.pod_shared_cpus:
+        yield family(
+            "podres_pod_shared_pool_cpus",
+            "CPUs of a pod's private shared pool (pod-level CPUs no container of the pod "
+            "holds exclusively), per NUMA node of the pod-level set; only pods with one.",
+            ["namespace", "pod", "numa_node"],
+            acc.pod_shared_cpus,
+            lambda row: [row.namespace, row.pod, row.numa],
+            lambda row: row.value,
+        )
     yield info(
         "podres_cpu_assignment",
         "One series per CPU: its NUMA node, pool and, when exclusive, its holder.",

@@ -1,12 +1,16 @@
-"""Dynamic resources (DRA claims) used by containers: ``podres_container_dynamic_resource_info``."""
+"""Dynamic resources (DRA): ``podres_container_dynamic_resource_info`` per claim device and
+holder, and ``podres_dra_devices`` per driver, pool and state."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
-from podres_exporter.accounting import HeldClaim
+from prometheus_client.metrics_core import Metric
+
+from podres_exporter.accounting import Accounting, HeldClaim
 from podres_exporter.collectors.base import PartCollector, accounting
-from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info
+from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info, labelled
 
 _LABELS = (*HOLDER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device")
 
@@ -15,17 +19,28 @@ def _claim(c: HeldClaim) -> list[str]:
     return [*holder_values(c.holder), c.claim_namespace, c.claim_name, c.driver, c.pool, c.device]
 
 
+def _families(acc: Accounting) -> Iterator[Metric]:
+    yield info(
+        "podres_container_dynamic_resource",
+        "One series per device of a DRA claim used by a container.",
+        _LABELS,
+        acc.claims,
+        _claim,
+    )
+    if acc.dra_devices:
+        yield labelled(
+            "podres_dra_devices",
+            "Distinct DRA devices per driver and pool that running containers use, by state: "
+            "allocated (used by some claim), shared (used through several shares or claims; "
+            "claims with one share_id on a device are one share).",
+            ["driver", "pool", "state"],
+            sorted(acc.dra_devices.items()),
+        )
+
+
 COLLECTOR: Final = PartCollector(
     "dra",
     "dynamic-resource (DRA) claims and their devices per container",
     accounting,
-    lambda acc: [
-        info(
-            "podres_container_dynamic_resource",
-            "One series per device of a DRA claim used by a container.",
-            _LABELS,
-            acc.claims,
-            _claim,
-        )
-    ],
+    _families,
 )

@@ -1,6 +1,7 @@
 """Memory and hugepages per NUMA node, and pinned memory per container.
 
-``podres_node_memory_bytes`` and ``podres_container_memory_bytes``.
+``podres_node_memory_bytes``, ``podres_container_memory_bytes`` and, for pods with
+pod-level memory, ``podres_pod_shared_pool_memory_bytes``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ def _families(acc: Accounting) -> Iterator[Metric]:
         lambda m: [*holder_values(m.holder), m.numa, m.memory_type],
         lambda m: m.size_bytes,
     )
+    if acc.pod_shared_memory:
+        yield family(
+            "podres_pod_shared_pool_memory_bytes",
+            "Pod-level memory no container of the pod claims (the pod's private shared "
+            "pool), per NUMA placement and type; only pods with pod-level memory.",
+            ["namespace", "pod", "numa_node", "memory_type"],
+            acc.pod_shared_memory,
+            lambda m: [m.namespace, m.pod, m.numa, m.memory_type],
+            lambda m: m.size_bytes,
+        )
 
 
 COLLECTOR: Final = PartCollector(

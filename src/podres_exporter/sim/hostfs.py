@@ -6,7 +6,9 @@ For the demo and the tests, everything the exporter reads besides the kubelet:
 - a procfs under ``proc/``: ``stat`` with per-CPU time that moves (exclusive CPUs
   busy, the shared pool half busy) and ``<pid>/cgroup`` for every GPU process;
 - the kubelet's log names under ``log/pods`` and ``log/containers``, which map
-  container IDs to containers;
+  container IDs to containers, and a pod cgroup (systemd driver, cgroup v2) under
+  ``sys/fs/cgroup/kubepods.slice`` for every running pod: a finished pod keeps its log
+  directory and loses its cgroup, as on a real node;
 - a fake NVML (:class:`~podres_exporter.sim.fakenvml.FakeNvml`) with the
   scenario's GPUs and MIG devices, each running processes of its holders.
 
@@ -168,6 +170,7 @@ class SimHost:
         with self._lock:
             pods = self.sim.node.pods
             self._write_logs(pods)
+            self._write_cgroups(pods)
             self._write_stat(pods, seconds)
             self._write_gpu_processes(pods)
             if seconds > 0:
@@ -195,8 +198,29 @@ class SimHost:
                 else:
                     (directory / name).touch()
 
+    def _write_cgroups(self, pods: tuple[PodState, ...]) -> None:
+        """A pod cgroup per running pod, under its QoS slice; others removed."""
+        root = self.sysfs / "fs" / "cgroup" / "kubepods.slice"
+        wanted: set[Path] = set()
+        for p in pods:
+            if not p.active:
+                continue
+            uid = pod_uid(p.namespace, p.name).replace("-", "_")
+            qos = p.qos.lower()
+            if qos == "guaranteed":
+                wanted.add(root / f"kubepods-pod{uid}.slice")
+            else:
+                wanted.add(root / f"kubepods-{qos}.slice" / f"kubepods-{qos}-pod{uid}.slice")
+        for slice_ in ("kubepods-burstable.slice", "kubepods-besteffort.slice"):
+            (root / slice_).mkdir(parents=True, exist_ok=True)
+        have = set(root.glob("kubepods-pod*.slice")) | set(root.glob("*/kubepods-*-pod*.slice"))
+        for gone in have - wanted:
+            gone.rmdir()
+        for path in wanted - have:
+            path.mkdir(parents=True)
+
     def _write_stat(self, pods: tuple[PodState, ...], seconds: float) -> None:
-        exclusive = {cpu for p in pods for c in p.containers for cpu in c.cpu_ids}
+        exclusive = {cpu for p in pods if p.active for c in p.containers for cpu in c.cpu_ids}
         reserved = set(self.sim.scenario.node.reserved_cpus)
         for cpu in self._busy:
             if cpu in exclusive:
@@ -218,6 +242,8 @@ class SimHost:
         """Give each GPU process a cgroup of a container holding its device."""
         holders: dict[str, list[Holder]] = defaultdict(list)
         for p in pods:
+            if not p.active:
+                continue
             for c in p.containers:
                 for d in c.devices:
                     key = resolve(d.resource, d.device_id).key.lower()

@@ -16,6 +16,13 @@ Admitting a pod allocates the way the kubelet does:
 * all of a container's resources are taken from ONE NUMA node when one can hold
   them all (the lowest such node, as the topology manager's hint merge prefers);
   otherwise they spill over several nodes;
+* a pod with pod-level resources (Topology Manager scope ``pod``) gets a pod-level
+  exclusive CPU budget: its exclusive containers' CPUs plus, near them, the CPUs of its
+  private shared pool (where its other containers run); likewise its pod-level memory
+  holds its containers' pinned memory plus the rest, pinned with them;
+* a pod marked ``finished`` is admitted, then finishes at once: what it held is given
+  back (the next pod may get the same devices), but it keeps its containers' stale
+  resources, as the kubelet before 1.34 lists them (Succeeded);
 * a pod that cannot be admitted is kept, like a pod rejected at admission (phase
   Failed, reason ``UnexpectedAdmissionError``), with its containers and EMPTY
   resources; whatever its earlier containers got is given back.
@@ -51,6 +58,7 @@ import structlog
 from podres_exporter.errors import AdmissionError, PreStartError
 from podres_exporter.sim.devicemanager import SimDeviceManager
 from podres_exporter.sim.scenario import (
+    MEMORY_TYPE,
     ClaimDeviceSpec,
     ContainerKind,
     ContainerSpec,
@@ -128,16 +136,19 @@ class ContainerState:
 
 @dataclass(frozen=True, slots=True)
 class PodState:
-    """An admitted (Running) or rejected (Failed) pod, with its containers in the
-    kubelet's order: restartable sidecars first, then app containers."""
+    """An admitted (Running), rejected (Failed) or finished (Succeeded) pod, with its
+    containers in the kubelet's order: restartable sidecars first, then app containers.
+    ``cpu_ids`` and ``memory``: its pod-level resources (empty without them)."""
 
     namespace: str
     name: str
     spec: PodSpec
     containers: tuple[ContainerState, ...]
-    phase: Literal["Running", "Failed"] = "Running"
+    phase: Literal["Running", "Failed", "Succeeded"] = "Running"
     reason: str = ""
     message: str = ""
+    cpu_ids: tuple[int, ...] = ()
+    memory: tuple[MemoryGrant, ...] = ()
 
     @property
     def key(self) -> PodKey:
@@ -146,7 +157,12 @@ class PodState:
 
     @property
     def admitted(self) -> bool:
-        """False for a pod rejected at admission."""
+        """False for a pod rejected at admission (True for a finished one)."""
+        return self.phase != "Failed"
+
+    @property
+    def active(self) -> bool:
+        """True for a running pod (what List shows from 1.34)."""
         return self.phase == "Running"
 
     @property
@@ -201,6 +217,7 @@ class _Staged:
     containers: list[ContainerState]
     plugin: list[tuple[int, dict[str, int], int | None]]  # container index, needs, NUMA hint
     failure: tuple[str, str] | None = None  # reason, message
+    pod_level: tuple[tuple[int, ...], tuple[MemoryGrant, ...]] = ((), ())
 
     @property
     def key(self) -> PodKey:
@@ -275,7 +292,9 @@ class Node:
         )
         for spec in scenario.pods:
             for _ in range(spec.replicas):
-                node.admit(spec)
+                pod = node.admit(spec)
+                if spec.finished:
+                    node.finish(pod.namespace, pod.name)
         return node
 
     # ------------------------------------------------------------------ queries
@@ -439,6 +458,21 @@ class Node:
             self._generation += 1
             return state
 
+    def finish(self, namespace: str, name: str) -> PodState | None:
+        """A running pod finishes: what it held is given back, and it stays, Succeeded,
+        with its containers' (now stale) resources. None: no such running pod."""
+        with self._lock:
+            state = self._pods.get((namespace, name))
+            if state is None or not state.active:
+                return None
+            hold = self._holds.pop((namespace, name), None)
+            if hold is not None:
+                self._release(hold)
+            state = replace(state, phase="Succeeded", reason="Completed")
+            self._pods[(namespace, name)] = state
+            self._generation += 1
+            return state
+
     def step(self, rng: random.Random) -> ChurnEvent | None:
         """Delete a random pod of a churn template and admit a replacement with a new
         name (a StatefulSet pod comes back under its own name). None: nothing churns."""
@@ -564,6 +598,7 @@ class Node:
                 want = {r: n for r, n in c.devices.items() if n > 0 and r in self._plugin}
                 if want:
                     staged.plugin.append((i, want, hint))
+            staged.pod_level = self._pod_level(spec, staged.containers, qos, pinned, staged.hold)
         except _AdmissionFailure as exc:
             self._release(staged.hold)
             staged.failure = (_ADMISSION_ERROR, str(exc))
@@ -613,7 +648,10 @@ class Node:
                     replace(c, devices=c.devices + tuple(grants[i])) if i in grants else c
                     for i, c in enumerate(staged.containers)
                 )
-                state = PodState(spec.namespace, name, spec, containers)
+                cpu_ids, memory = staged.pod_level
+                state = PodState(
+                    spec.namespace, name, spec, containers, cpu_ids=cpu_ids, memory=memory
+                )
                 staged.hold.plugin_pod = pod_key
                 self._holds[key] = staged.hold
             else:
@@ -654,6 +692,7 @@ class Node:
                         pod_name=name,
                     )[0]
                 )
+            cpu_ids, memory = self._pod_level(spec, containers, qos, pinned, hold)
         except _AdmissionFailure as exc:
             self._release(hold)
             state = PodState(
@@ -666,7 +705,9 @@ class Node:
                 message=str(exc),
             )
         else:
-            state = PodState(spec.namespace, name, spec, tuple(containers))
+            state = PodState(
+                spec.namespace, name, spec, tuple(containers), cpu_ids=cpu_ids, memory=memory
+            )
             self._holds[state.key] = hold
         self._pods[state.key] = state
         self._generation += 1
@@ -730,6 +771,46 @@ class Node:
             claims=claims,
         )
         return state, prefer
+
+    def _pod_level(
+        self,
+        spec: PodSpec,
+        containers: list[ContainerState],
+        qos: QoS,
+        pinned: bool,
+        hold: _Hold,
+    ) -> tuple[tuple[int, ...], tuple[MemoryGrant, ...]]:
+        """The pod-level CPU set and memory of a pod with pod-level resources (lock
+        held): its containers' exclusive CPUs and pinned memory, plus the rest of its
+        budget (its private shared pool), taken near them."""
+        budget = spec.pod_exclusive_cpus(self._spec.cpu_policy)
+        taken = [cpu for c in containers for cpu in c.cpu_ids]
+        near = self._cpu_numa[taken[0]] if taken else None
+        extra: list[int] = []
+        if budget > len(taken):
+            self._check_totals(spec.name, budget - len(taken), {}, {})
+            order = sorted(
+                range(self._spec.numa_nodes),
+                key=lambda n: (n != near, -len(self._free_cpus[n]), n),
+            )
+            extra = self._take_cpus(budget - len(taken), order)
+            hold.cpus.extend(extra)
+        cpu_ids = tuple(sorted((*taken, *extra))) if budget else ()
+        if not (pinned and spec.memory):
+            return cpu_ids, ()
+        claimed = sum(g.size for c in containers for g in c.memory if g.memory_type == MEMORY_TYPE)
+        start = near if near is not None else (self._cpu_numa[extra[0]] if extra else 0)
+        blocks: dict[tuple[str, tuple[int, ...]], int] = {}
+        for c in containers:
+            for g in c.memory:
+                blocks[(g.memory_type, g.numa)] = blocks.get((g.memory_type, g.numa), 0) + g.size
+        rest = {MEMORY_TYPE: spec.memory - claimed} if spec.memory > claimed else {}
+        if rest:
+            self._check_totals(spec.name, 0, {}, rest)
+            for g in self._take_memory(rest, self._memory_group(rest, start), hold):
+                blocks[(g.memory_type, g.numa)] = blocks.get((g.memory_type, g.numa), 0) + g.size
+        memory = tuple(MemoryGrant(t, size, numa) for (t, numa), size in sorted(blocks.items()))
+        return cpu_ids, memory
 
     def _needs(
         self, c: ContainerSpec, qos: QoS, pinned: bool

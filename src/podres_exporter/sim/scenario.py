@@ -260,6 +260,13 @@ class PodSpec:
     ``exact``: the name as is (one replica); ``deployment``: ``name-<hash>-<xxxxx>``;
     ``generated`` (DaemonSet, Job): ``name-<xxxxx>``; ``statefulset``: ``name-<ordinal>``;
     ``static``: ``name-<node name>``. ``churn`` lets ``Node.step`` replace its pods.
+
+    ``cpu_m`` and ``memory``: pod-level resources (``spec.resources``; Topology Manager
+    scope ``pod``): a Guaranteed pod's whole-number pod-level CPUs are its exclusive
+    budget, holding its exclusive containers' CPUs and its private shared pool.
+    ``finished``: the pod ran and finished (a completed Job); its resources are given
+    back at once, but a kubelet before 1.34 still lists it with them (see
+    ``KubeletBehaviour.list_active_only``).
     """
 
     namespace: str
@@ -269,6 +276,9 @@ class PodSpec:
     naming: Naming = "exact"
     churn: bool = False
     qos: QoS | None = None
+    cpu_m: int = 0
+    memory: int = 0
+    finished: bool = False
 
     @classmethod
     def of(
@@ -280,18 +290,44 @@ class PodSpec:
         naming: Naming | None = None,
         churn: bool = False,
         qos: QoS | None = None,
+        cpu: int | float | str = 0,
+        memory: int | str = 0,
+        finished: bool = False,
     ) -> PodSpec:
         """Build a pod template; ``naming`` defaults to ``deployment`` when there are
-        several replicas or churn, else ``exact``."""
+        several replicas or churn, else ``exact``. ``cpu`` and ``memory``: pod-level
+        resources, as Kubernetes quantities."""
         if naming is None:
             naming = "deployment" if replicas > 1 or churn else "exact"
-        return cls(namespace, name, tuple(containers), replicas, naming, churn, qos)
+        return cls(
+            namespace,
+            name,
+            tuple(containers),
+            replicas,
+            naming,
+            churn,
+            qos,
+            parse_millicpu(cpu),
+            parse_bytes(memory),
+            finished,
+        )
+
+    def pod_exclusive_cpus(self, cpu_policy: CpuPolicy) -> int:
+        """The pod-level exclusive CPU budget: whole pod-level CPUs of a Guaranteed pod
+        under the static policy, else 0."""
+        if cpu_policy != "static" or self.effective_qos != "Guaranteed":
+            return 0
+        if self.cpu_m <= 0 or self.cpu_m % 1000:
+            return 0
+        return self.cpu_m // 1000
 
     @property
     def effective_qos(self) -> QoS:
         """The pod's QoS class: explicit, or derived from the containers' requests."""
         if self.qos is not None:
             return self.qos
+        if self.cpu_m > 0 and self.memory > 0:
+            return "Guaranteed"  # pod-level requests equal to limits
         if not self.containers:
             return "BestEffort"
         if all(c.cpu_m > 0 and c.memory > 0 for c in self.containers):
@@ -313,7 +349,16 @@ class PodSpec:
 
 @dataclass(frozen=True, slots=True)
 class KubeletBehaviour:
-    """The simulated kubelet's behaviour knobs (see ``SimKubelet.set_behaviour``)."""
+    """The simulated kubelet's behaviour knobs (see ``SimKubelet.set_behaviour``).
+
+    Version knobs: ``get`` (``KubeletPodResourcesGet``: off before 1.34);
+    ``list_active_only`` (``KubeletPodResourcesListUseActivePods``, 1.34: List and Get
+    show only active pods; off, finished pods are listed with the resources they gave
+    back); ``pod_level_resources`` (``PodLevelResourceManagers``, 1.36 alpha: the
+    pod-level ``cpu_ids`` and ``memory`` of pods with pod-level resources);
+    ``dra_share_ids`` (1.35: a claim device's ``share_id``). :meth:`of_version` sets
+    them as a kubelet of that minor version does by default.
+    """
 
     api: ApiMode = "v1"
     get_allocatable: RpcMode = "served"
@@ -321,11 +366,29 @@ class KubeletBehaviour:
     rate_limit: bool = False
     device_grouping: DeviceGrouping = "per_device"
     list_rejected: bool = True
+    list_active_only: bool = True
+    pod_level_resources: bool = False
+    dra_share_ids: bool = True
 
     def __post_init__(self) -> None:
         from podres_exporter.sim.scenario_check import check_kubelet
 
         check_kubelet(self)
+
+    @classmethod
+    def of_version(cls, minor: int, *, pod_level_gate: bool = False) -> KubeletBehaviour:
+        """The defaults of kubelet ``1.<minor>`` (1.28 to 1.37); ``pod_level_gate``
+        switches ``PodLevelResourceManagers`` on (it exists from 1.36, off by default)."""
+        if not 28 <= minor <= 37:  # noqa: PLR2004 - the versions the table covers
+            raise ValueError(f"kubelet 1.{minor}: expected a minor version from 28 to 37")
+        active = minor >= 34  # noqa: PLR2004 - KubeletPodResourcesListUseActivePods on
+        return cls(
+            get="served" if active else "disabled",
+            list_active_only=active,
+            list_rejected=not active,
+            pod_level_resources=pod_level_gate and minor >= 36,  # noqa: PLR2004
+            dra_share_ids=minor >= 35,  # noqa: PLR2004 - consumable capacity
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,6 +131,12 @@ def check_scenario(scenario: Scenario, source: str) -> None:
             )
         if pod.qos is not None and pod.qos not in get_args(QoS):
             raise ScenarioError(source, f"{where}.qos", f"unknown QoS class {pod.qos!r}")
+        if pod.cpu_m < 0 or pod.memory < 0:
+            raise ScenarioError(source, where, "negative pod-level request")
+        if pod.cpu_m and sum(c.cpu_m for c in pod.containers if c.listed) > pod.cpu_m:
+            raise ScenarioError(
+                source, f"{where}.cpu", "the containers ask for more CPU than the pod-level cpu"
+            )
         if pod.naming in ("exact", "static"):
             name = pod.name if pod.naming == "exact" else f"{pod.name}-{node.name}"
             if (pod.namespace, name) in exact:
@@ -172,7 +178,13 @@ def check_kubelet(kubelet: KubeletBehaviour) -> None:
         if value not in get_args(allowed):
             choices = "|".join(get_args(allowed))
             raise ValueError(f"kubelet.{name}: expected {choices}, got {value!r}")
-    for name in ("rate_limit", "list_rejected"):
+    for name in (
+        "rate_limit",
+        "list_rejected",
+        "list_active_only",
+        "pod_level_resources",
+        "dra_share_ids",
+    ):
         if not isinstance(getattr(kubelet, name), bool):
             raise ValueError(f"kubelet.{name}: expected true or false")
 

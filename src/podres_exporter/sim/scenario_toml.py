@@ -14,6 +14,9 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     rate_limit = true                  # 100 qps, burst 10, shared by all methods
     device_grouping = "per_device"     # | "per_resource" (kubelet ~1.20)
     list_rejected = true               # List shows pods rejected at admission
+    list_active_only = true            # 1.34+: finished pods not listed (false: before 1.34)
+    pod_level_resources = false        # PodLevelResourceManagers (1.36+): pod-level cpu_ids, memory
+    dra_share_ids = true               # 1.35+: ClaimResource.share_id sent
 
     [churn]
     interval_s = 5.0                   # 0: no churn
@@ -51,6 +54,10 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     replicas = 2
     churn = false                      # step() may delete it and admit a replacement
     qos = "Guaranteed"                 # optional; derived from the requests otherwise
+    cpu = 4                            # pod-level resources (Topology Manager scope pod):
+    memory = "8Gi"                     #   the pod's exclusive budget and private shared pool
+    finished = false                   # ran and finished: resources given back, listed by
+                                       #   kubelets before 1.34 (list_active_only = false)
 
     [[pods.containers]]
     name = "trainer"
@@ -66,6 +73,7 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     pool = "gpu-node-a1"
     device = "gpu-0"
     cdi_devices = ["k8s.gpu.example.com/gpu=gpu-0"]
+    share_id = "..."                   # consumable capacity: claims with one id share one device
 
 A file that is not UTF-8 or not TOML, a value of the wrong type, an unknown key, or a
 size past what any node has (more than 8192 CPUs or 1024 NUMA nodes, 100,000 replicas,
@@ -256,7 +264,18 @@ _NODE_KEYS = {
     "devices",
 }
 _DEVICE_KEYS = {"resource", "id", "ids", "numa", "healthy"}
-_POD_KEYS = {"namespace", "name", "replicas", "naming", "churn", "qos", "containers"}
+_POD_KEYS = {
+    "namespace",
+    "name",
+    "replicas",
+    "naming",
+    "churn",
+    "qos",
+    "containers",
+    "cpu",
+    "memory",
+    "finished",
+}
 _CONTAINER_KEYS = {"name", "kind", "cpu", "memory", "devices", "claims"}
 _CLAIM_KEYS = {
     "name",
@@ -516,6 +535,9 @@ class _Parser:
             naming=naming,
             churn=churn,
             qos=qos,
+            cpu_m=self.guarded(f"{where}.cpu", parse_millicpu, data.get("cpu", 0)),
+            memory=self.guarded(f"{where}.memory", parse_bytes, data.get("memory", 0)),
+            finished=self.boolean(data, "finished", where, False),
         )
 
     def container(self, value: object, where: str) -> ContainerSpec:

@@ -8,6 +8,9 @@ messages), answering from a ``node.Node`` and behaving like a real kubelet:
 * the optional RPCs can be served, switched off (``UNKNOWN`` with the kubelet's
   message) or missing (``UNIMPLEMENTED``, as from an older kubelet); with
   ``api="v1alpha1"`` the v1 service does not exist at all;
+* version knobs: finished pods listed with the resources they gave back (before
+  1.34, ``list_active_only`` false), the pod-level ``cpu_ids``/``memory``
+  (``pod_level_resources``, 1.36+ with its gate) and DRA ``share_id`` (1.35+);
 * an optional global token bucket (100 qps, burst 10, shared by every method)
   answers ``RESOURCE_EXHAUSTED`` "rejected by rate limit";
 * responses have no size limit (a real kubelet sets none), so they can exceed a
@@ -195,7 +198,7 @@ def _memory(blocks: Iterable[MemoryGrant]) -> list[Any]:
     ]
 
 
-def _container(c: ContainerState, grouping: DeviceGrouping) -> Any:
+def _container(c: ContainerState, grouping: DeviceGrouping, share_ids: bool = True) -> Any:
     if c.empty:
         return api_pb2.ContainerResources(name=c.name)
     dynamic = [
@@ -208,7 +211,7 @@ def _container(c: ContainerState, grouping: DeviceGrouping) -> Any:
                     driver_name=d.driver,
                     pool_name=d.pool,
                     device_name=d.device,
-                    **({"share_id": d.share_id} if d.share_id is not None else {}),
+                    **({"share_id": d.share_id} if share_ids and d.share_id is not None else {}),
                 )
                 for d in cl.devices
             ],
@@ -224,13 +227,36 @@ def _container(c: ContainerState, grouping: DeviceGrouping) -> Any:
     )
 
 
-def pod_message(pod: PodState, grouping: DeviceGrouping = "per_device") -> Any:
-    """The v1 ``PodResources`` message for a pod."""
+def pod_message(
+    pod: PodState,
+    grouping: DeviceGrouping = "per_device",
+    *,
+    pod_level: bool = False,
+    share_ids: bool = True,
+) -> Any:
+    """The v1 ``PodResources`` message for a pod. ``pod_level``: with the pod-level
+    ``cpu_ids`` and ``memory`` (``PodLevelResourceManagers``); ``share_ids``: with the
+    DRA ``share_id`` of claim devices (1.35+)."""
     return api_pb2.PodResources(
         name=pod.name,
         namespace=pod.namespace,
-        containers=[_container(c, grouping) for c in pod.containers],
+        containers=[_container(c, grouping, share_ids) for c in pod.containers],
+        cpu_ids=pod.cpu_ids if pod_level else (),
+        memory=_memory(pod.memory) if pod_level else [],
     )
+
+
+def _wire(behaviour: KubeletBehaviour) -> tuple[DeviceGrouping, bool, bool]:
+    """What of the kubelet's behaviour shapes a pod's message (its cache key)."""
+    return (behaviour.device_grouping, behaviour.pod_level_resources, behaviour.dra_share_ids)
+
+
+def _listed(pod: PodState, behaviour: KubeletBehaviour) -> bool:
+    """Whether List and Get show ``pod``: a rejected pod per ``list_rejected``, a
+    finished one only without the active-pods filter (kubelets before 1.34)."""
+    if not pod.admitted:
+        return behaviour.list_rejected
+    return pod.active or not behaviour.list_active_only
 
 
 def alpha_pod_message(pod: PodState, grouping: DeviceGrouping = "per_device") -> Any:
@@ -355,7 +381,9 @@ class SimKubelet:
         self._churn_stop = threading.Event()
         self._churn_interval = 0.0
         # Built v1 PodResources messages by pod, reused while the pod is unchanged.
-        self._messages: dict[tuple[str, str], tuple[PodState, DeviceGrouping, Any]] = {}
+        self._messages: dict[
+            tuple[str, str], tuple[PodState, tuple[DeviceGrouping, bool, bool], Any]
+        ] = {}
         self._raw_pods: tuple[Any, ...] = ()
         self._handlers = {
             V1_LIST_METHOD: grpc.unary_unary_rpc_method_handler(
@@ -495,7 +523,8 @@ class SimKubelet:
 
     def set_behaviour(self, **knobs: Any) -> KubeletBehaviour:
         """Change behaviour knobs (``api``, ``get_allocatable``, ``get``, ``rate_limit``,
-        ``device_grouping``, ``list_rejected``) at run time; ValueError for a bad value,
+        ``device_grouping``, ``list_rejected``, ``list_active_only``,
+        ``pod_level_resources``, ``dra_share_ids``) at run time; ValueError for a bad value,
         TypeError for an unknown knob. Switching the rate limit on starts a full bucket."""
         with self._lock:
             new = replace(self._behaviour, **knobs)
@@ -806,24 +835,25 @@ class SimKubelet:
     def _listed_pods(self, behaviour: KubeletBehaviour, warming: bool) -> list[PodState]:
         if warming:
             return []
-        pods = [p for p in self._node.pods if behaviour.list_rejected or p.admitted]
+        pods = [p for p in self._node.pods if _listed(p, behaviour)]
         with self._lock:
             self._list_rng.shuffle(pods)
         return pods
 
-    def _pod_messages(self, pods: list[PodState], grouping: DeviceGrouping) -> list[Any]:
-        """v1 messages for ``pods``, built once per pod state and grouping."""
+    def _pod_messages(self, pods: list[PodState], behaviour: KubeletBehaviour) -> list[Any]:
+        """v1 messages for ``pods``, built once per pod state and wire shape."""
         with self._lock:
             cache = self._messages
-        fresh: dict[tuple[str, str], tuple[PodState, DeviceGrouping, Any]] = {}
+        wire = _wire(behaviour)
+        fresh: dict[tuple[str, str], tuple[PodState, tuple[DeviceGrouping, bool, bool], Any]] = {}
         out: list[Any] = []
         for pod in pods:
             hit = cache.get(pod.key)
-            if hit is not None and hit[0] is pod and hit[1] == grouping:
+            if hit is not None and hit[0] is pod and hit[1] == wire:
                 msg = hit[2]
             else:
-                msg = pod_message(pod, grouping)
-            fresh[pod.key] = (pod, grouping, msg)
+                msg = pod_message(pod, wire[0], pod_level=wire[1], share_ids=wire[2])
+            fresh[pod.key] = (pod, wire, msg)
             out.append(msg)
         with self._lock:
             self._messages = fresh
@@ -835,7 +865,7 @@ class SimKubelet:
         with self._lock:
             raw = [] if warming else list(self._raw_pods)
         return api_pb2.ListPodResourcesResponse(
-            pod_resources=self._pod_messages(pods, behaviour.device_grouping) + raw
+            pod_resources=self._pod_messages(pods, behaviour) + raw
         )
 
     def _list_v1alpha1(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -859,13 +889,14 @@ class SimKubelet:
         if behaviour.get == "disabled":
             context.abort(grpc.StatusCode.UNKNOWN, GET_DISABLED)
         pod = None if warming else self._node.pod(request.pod_namespace, request.pod_name)
-        if pod is not None and not (behaviour.list_rejected or pod.admitted):
+        if pod is not None and not _listed(pod, behaviour):
             pod = None
         if pod is None:
             context.abort(
                 grpc.StatusCode.UNKNOWN,
                 f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
             )
+        grouping, pod_level, share_ids = _wire(behaviour)
         return api_pb2.GetPodResourcesResponse(
-            pod_resources=pod_message(pod, behaviour.device_grouping)
+            pod_resources=pod_message(pod, grouping, pod_level=pod_level, share_ids=share_ids)
         )

@@ -354,7 +354,7 @@ def container_cells(
         row = [
             r.namespace,
             r.pod,
-            r.container or "(pod)",
+            r.container or ("(pod)" if r.shared_pool is None else "(pod pool)"),
             r.cpulist or "-",
             fmt_ratio(r.busy) if r.cpus else "",
             ",".join(r.numa_nodes) or "-",

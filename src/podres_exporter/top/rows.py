@@ -12,7 +12,9 @@ Which metric feeds which value (docs/metrics.md has each metric):
   (free devices per resource), ``podres_node_memory_bytes`` (free memory and hugepages
   per NUMA node), ``podres_kubelet_up``, ``podres_snapshot_age_seconds``, ``podres_pods``,
   ``podres_containers``;
-- container rows: ``podres_cpu_assignment_info`` (exclusive CPU ids),
+- container rows: ``podres_cpu_assignment_info`` (exclusive CPU ids; container ``""``
+  is a pod's own, its private shared pool), ``podres_pod_shared_pool_cpus`` (a pod row
+  for each pod with a pod-level CPU set, even when its pool is empty),
   ``podres_cpu_busy_seconds_total`` (busy share, from two readings) or :data:`BUSY_RATIO`
   (a rate the source computed), ``podres_container_device_info``,
   ``podres_container_memory_bytes``, ``podres_container_numa_aligned``, holder-labelled
@@ -52,6 +54,7 @@ METRICS = (
     "podres_containers",
     "podres_node_cpus",
     "podres_cpu_assignment_info",
+    "podres_pod_shared_pool_cpus",
     "podres_node_devices",
     "podres_node_device_info",
     "podres_container_device_info",
@@ -167,7 +170,8 @@ class ContainerRow:
     ``busy``: mean busy share (0-1) of its exclusive CPUs, None when unknown (a single
     reading, no exclusive CPUs). ``gpu_util`` / ``gpu_mem_*``: over the GPUs (and MIG
     instances) it holds; ``gpu_shared`` when some value is its share of a GPU that
-    others hold too.
+    others hold too. ``shared_pool``: for a pod's own row (container ``""``) of a pod
+    with a pod-level CPU set, how many CPUs its private shared pool has; else None.
     """
 
     node: str
@@ -184,6 +188,7 @@ class ContainerRow:
     gpu_mem_used: float | None = None
     gpu_mem_total: float | None = None
     gpu_shared: bool = False
+    shared_pool: int | None = None
 
     @property
     def holder(self) -> Holder:
@@ -457,6 +462,7 @@ class _Acc:
     gpu_util: dict[str, float] = field(default_factory=dict)
     gpu_used: dict[str, float] = field(default_factory=dict)
     gpu_total: dict[str, float] = field(default_factory=dict)
+    shared_pool: int | None = None  # a pod's own row: CPUs in its private shared pool
 
 
 def _by_uuid(samples: Iterable[Sample]) -> dict[str, float]:
@@ -489,6 +495,9 @@ def _gather(idx: _Index) -> dict[Holder, _Acc]:
         acc[h].memory_numa.update(_numas(s.labels.get("numa_node", "")))
     for h, s in _held(idx.get("podres_container_numa_aligned")):
         acc[h].aligned = s.value >= 1
+    for h, s in _held(idx.get("podres_pod_shared_pool_cpus")):
+        pod = acc[h._replace(container="")]
+        pod.shared_pool = (pod.shared_pool or 0) + int(s.value)
     # GPU series labelled with their one holder: the whole device is the container's.
     for name, target in (
         ("podres_gpu_utilization_ratio", "gpu_util"),
@@ -582,6 +591,7 @@ def _container_row(
         gpu_mem_used=gpu_used,
         gpu_mem_total=gpu_total,
         gpu_shared=shared,
+        shared_pool=a.shared_pool,
     )
 
 
