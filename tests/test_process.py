@@ -397,3 +397,19 @@ def test_the_signal_handler_takes_no_lock() -> None:
             handler(signal.SIGTERM, None)  # returns: it only records the signal
         assert stop.wait() == "signal SIGTERM"
         assert stop.event.is_set()
+
+
+def test_a_daemon_tunes_its_garbage_collector_before_it_starts() -> None:
+    """``podres export`` (like ``podres plugin``) freezes what start-up made and collects
+    young objects every GC_THRESHOLDS[0] allocations, not Python's 700."""
+    code = (
+        "import gc, sys\n"
+        "from podres_exporter import process\n"
+        "assert gc.get_threshold()[0] == 700 and gc.get_freeze_count() == 0\n"
+        "process.tune_gc()\n"
+        "print(gc.get_threshold()[0], gc.get_freeze_count() > 1000)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == [str(process.GC_THRESHOLDS[0]), "True"]

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import threading
 import time
@@ -60,6 +61,22 @@ def configure_logging(level: str, log_format: str, *, stream: TextIO | None = No
     unless the stream, stderr by default, is a terminal)."""
     json = None if log_format == "auto" else log_format == "json"
     logconf.configure(level, stream=stream, json=json)
+
+
+# Young objects are collected every this many net allocations (Python's default: 700).
+# A poll of a large node allocates a few hundred thousand short-lived objects, which at
+# 700 costs some 250 young collections a poll (10 % of the poll's CPU) and full ones
+# that walk every object the process holds; cycles among them are rare.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """The daemons' garbage collector: what start-up made (modules, classes, settings)
+    moved out of the collector's sight (``gc.freeze``), and young collections every
+    :data:`GC_THRESHOLDS` allocations. Called once, before the daemon's threads start."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def ignore_hangup() -> None:

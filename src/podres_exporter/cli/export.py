@@ -150,6 +150,7 @@ def run_export(settings: Settings) -> int:
     ignored before and after: ``podres export`` ignores it first thing)."""
     process.configure_logging(settings.log_level, settings.log_format)
     exporter = Exporter(settings)
+    process.tune_gc()
     with process.stop_on_signals(reload=exporter.reloads) as stop:
         exporter.start()
         reason = stop.wait()

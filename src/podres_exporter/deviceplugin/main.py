@@ -370,6 +370,7 @@ def run_plugin(
     except PodresError as err:
         sys.stderr.write(f"podres plugin: error: {err}\n")
         return 1
+    process.tune_gc()
     # Before start: a SIGTERM still cleans up, and a SIGHUP never ends the process.
     with process.stop_on_signals(stop, reload=plugin.reloads) as stopping:
         plugin.start()
