@@ -30,6 +30,7 @@ from podres_exporter import exposition
 from podres_exporter.collectors.kubelet import snapshot_age
 from podres_exporter.exposition import (
     ASKED_RECENT_S,
+    PROCESS_EVERY_S,
     Exposition,
     WriteCache,
     go_float,
@@ -300,3 +301,54 @@ def test_a_failed_preparation_leaves_the_rendering_to_the_scrape(
     assert s.store.current() is not None
     broken[0] = False
     assert b"podres_pods 1.0\n" in s.exposition.body(openmetrics=False, gz=False)
+
+
+def test_a_ready_body_never_renders_nor_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ready_body`` gives the cached body (what ``body`` gives) and None when that
+    needs a rendering, or while another scrape holds the lock: the web server then
+    asks ``body`` from a worker."""
+    s = Setup(monkeypatch)
+    assert s.exposition.ready_body(openmetrics=False, gz=False) is None  # no view yet
+    s.poller.poll_once()
+    counts = s.counts()
+    ready = s.exposition.ready_body(openmetrics=False, gz=True)
+    assert ready is not None
+    assert not_live(gzip.decompress(ready)) == not_live(
+        s.exposition.body(openmetrics=False, gz=False)
+    )
+    assert s.exposition.ready_body(openmetrics=True, gz=False) is None  # not rendered yet
+    assert s.counts() == counts, "nothing rendered"
+    with s.exposition._lock:
+        assert s.exposition.ready_body(openmetrics=False, gz=False) is None
+
+
+def test_process_metrics_are_read_at_most_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live part's process metrics come from one reading per PROCESS_EVERY_S; the
+    snapshot's age is worked out at every scrape."""
+    s = Setup(monkeypatch)
+    s.poller.poll_once()
+    reads = [0]
+    collect = s.exposition._live.collect
+
+    def counting() -> Iterable[Metric]:
+        reads[0] += 1
+        return collect()
+
+    monkeypatch.setattr(s.exposition._live, "collect", counting)
+    for _ in range(5):
+        body = s.exposition.body(openmetrics=False, gz=False)
+    assert reads[0] == 1
+    assert b"podres_snapshot_age_seconds " in body and b"process_cpu_seconds_total" in body
+    s.clock.now += PROCESS_EVERY_S
+    s.exposition.body(openmetrics=True, gz=False)
+    s.exposition.body(openmetrics=False, gz=False)
+    assert reads[0] == 3  # a new second: once per format
+
+
+def not_live(body: bytes) -> bytes:
+    """The body less its live lines (the snapshot's age and the process metrics)."""
+    return b"\n".join(
+        line
+        for line in body.split(b"\n")
+        if b"snapshot_age" not in line and b"process_" not in line
+    )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import http.client
 import socket
+import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -191,6 +193,43 @@ def test_keep_alive_serves_several_requests_on_one_connection(serve: Serve) -> N
             assert resp.version == 11 and not resp.will_close
     finally:
         conn.close()
+
+
+def test_a_ready_body_is_served_from_the_loop_and_none_falls_back_to_the_worker() -> None:
+    """With ``metrics_ready``, /metrics is answered on the event loop when it has a body
+    (the worker's ``metrics`` is not called); when it has none, by ``metrics`` in a
+    worker thread; in the format and encoding asked for either way."""
+    daemon = FakeDaemon()
+    ready: list[tuple[bool, bool, str]] = []
+    have = [True]
+
+    def metrics_ready(*, openmetrics: bool, gz: bool) -> bytes | None:
+        ready.append((openmetrics, gz, threading.current_thread().name))
+        if not have[0]:
+            return None
+        body = b"# from the loop\n# EOF\n" if openmetrics else b"from_loop 1\n"
+        return gzip.compress(body) if gz else body
+
+    site = dataclasses.replace(daemon.site(), metrics_ready=metrics_ready)
+    server = WebServer(parse_listen_address("127.0.0.1:0"), site)
+    server.start("test-http")
+    try:
+        status, headers, body = request(server.url, "/metrics")
+        assert (status, body) == (200, b"from_loop 1\n")
+        status, headers, body = request(
+            server.url, "/metrics", {"Accept": OPENMETRICS, "Accept-Encoding": "gzip"}
+        )
+        assert headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(body) == b"# from the loop\n# EOF\n"
+        assert daemon.asked == []
+        assert [(o, g) for o, g, _ in ready] == [(False, False), (True, True)]
+        assert all(name == "test-http" for _, _, name in ready), ready  # the loop's thread
+        have[0] = False
+        status, _, body = request(server.url, "/metrics")
+        assert (status, body) == (200, b"up 1\n")
+        assert daemon.asked == [(False, False)]
+    finally:
+        server.stop()
 
 
 def test_a_failing_metrics_body_is_500_and_the_server_keeps_serving(serve: Serve) -> None:

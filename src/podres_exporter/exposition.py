@@ -41,6 +41,8 @@ _EOF = b"# EOF\n"
 # after that, the first scrape of a view in that format renders it. (The text format is
 # rendered at publish too while no format was asked for recently.)
 ASKED_RECENT_S = 600.0
+# The process metrics (CPU, memory, file descriptors) served are at most this old.
+PROCESS_EVERY_S = 1.0
 
 # ----------------------------------------------------------------------------- the writer
 
@@ -295,6 +297,7 @@ class Exposition:
         self._views: dict[int, _Rendered] = {}
         self._asked_at: dict[bool, float] = {}  # openmetrics -> when a scraper last asked
         self._write_cache = WriteCache()  # families reused by the collectors keep their text
+        self._process: dict[bool, tuple[float, bytes]] = {}  # format -> (when, process metrics)
         self._prepare_failed = False
         self._live = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._live)
@@ -373,8 +376,33 @@ class Exposition:
             return head, compressor.copy()
 
     def _live_part(self, view: NodeView | None, openmetrics: bool) -> bytes:
-        families = [snapshot_age(view, self._wall()), *self._live.collect()]
-        return write(families, openmetrics)
+        """The snapshot's age, now; the process metrics, at most :data:`PROCESS_EVERY_S`
+        old (reading them costs more than serving the rest of a cached body)."""
+        now = self._clock()
+        process = self._process.get(openmetrics)
+        if process is None or now - process[0] >= PROCESS_EVERY_S:
+            process = (now, write(self._live.collect(), openmetrics, eof=False))
+            self._process[openmetrics] = process
+        return write([snapshot_age(view, self._wall())], openmetrics, eof=False) + (
+            process[1] + _EOF if openmetrics else process[1]
+        )
+
+    def ready_body(self, *, openmetrics: bool, gz: bool) -> bytes | None:
+        """The body when it can be given at once: the current view's rendering in this
+        format is cached and no other scrape holds the lock. None otherwise (then
+        :meth:`body`, which may render or wait, answers from a worker thread)."""
+        view = self._store.current()
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            rendered = self._views.get(_generation(view))
+            if rendered is None or openmetrics not in rendered.plain:
+                return None
+            if gz and openmetrics not in rendered.gzip:
+                return None
+        finally:
+            self._lock.release()
+        return self.body(openmetrics=openmetrics, gz=gz)
 
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
         """The full exposition; when ``gz``, one gzip member (decoders that read only

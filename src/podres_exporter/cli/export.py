@@ -92,6 +92,7 @@ class Exporter:
             settings.listen_address,
             Site(
                 metrics=self.exposition.body,
+                metrics_ready=self.exposition.ready_body,
                 health=self._health,
                 readiness=self._readiness,
                 index=Index(
