@@ -315,9 +315,11 @@ class Exposition:
 
     @staticmethod
     def _compress(plain: bytes) -> tuple[bytes, zlib._Compress]:
-        # wbits 31: a gzip member (header, deflate, CRC and size trailer).
+        # wbits 31: a gzip member (header, deflate, CRC and size trailer). The sync flush
+        # puts out everything pending now, so that a scrape's copy of the compressor
+        # compresses only the live part, not the head's last block again.
         compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-        return compressor.compress(plain), compressor
+        return compressor.compress(plain) + compressor.flush(zlib.Z_SYNC_FLUSH), compressor
 
     def prepare(self, view: NodeView) -> None:
         """Render ``view`` before it becomes current (the Store calls this in the poll
