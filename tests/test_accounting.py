@@ -13,6 +13,7 @@ from podres_exporter.accounting import (
     PodCount,
     PodMemory,
     account,
+    contested,
     pod_state,
 )
 from podres_exporter.model import (
@@ -548,3 +549,26 @@ def test_pod_level_cpus_count_once_and_leave_the_shared_pool(r: KubeletReading) 
     assert sum(h.value for h in acc.container_cpus) == len(budget)
     pool = sum(c.value for c in acc.pod_shared_cpus)
     assert pool == sum(len(p.cpu_ids - p.containers[0].cpu_ids) for p in r.pods)
+
+
+def test_contested_is_a_device_or_cpu_listed_by_several_pods() -> None:
+    """Liveness is asked only when several pods list one device or CPU; one pod listing
+    a CPU at its own level and in a container is not contested."""
+    gpu0 = DeviceRef(GPU, "GPU-0", (0,))
+    a = pod("a", ContainerAlloc("c", cpu_ids=frozenset({1}), devices=(gpu0,)))
+    b = pod("b", ContainerAlloc("c", cpu_ids=frozenset({2})))
+    assert not contested(reading((a, b)))
+    own = PodAlloc(
+        "default", "own", (ContainerAlloc("c", cpu_ids=frozenset({3})),), cpu_ids=frozenset({3, 4})
+    )
+    assert not contested(reading((a, own)))
+    two_containers = pod(
+        "t", ContainerAlloc("x", devices=(gpu0,)), ContainerAlloc("y", devices=(gpu0,))
+    )
+    assert not contested(reading((two_containers,)))
+    stale = pod("stale", ContainerAlloc("c", devices=(gpu0,)))
+    assert contested(reading((a, stale)))
+    cpu = pod("cpu", ContainerAlloc("c", cpu_ids=frozenset({1})))
+    assert contested(reading((a, cpu)))
+    pod_level = PodAlloc("default", "p", (), cpu_ids=frozenset({4}))
+    assert contested(reading((own, pod_level)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
@@ -11,6 +12,18 @@ from structlog.testing import capture_logs
 
 from podres_exporter.errors import SourceError
 from podres_exporter.exposition import WriteCache, write
+from podres_exporter.model import (
+    NOTHING_CONTESTED,
+    ApiVersion,
+    ContainerAlloc,
+    DeviceRef,
+    KubeletReading,
+    NodeTopology,
+    PodAlloc,
+    PodLiveness,
+    RequestStats,
+    Support,
+)
 from podres_exporter.reader import NodeReader, SourceRunner
 from podres_exporter.sim import SimKubelet
 from podres_exporter.sources.cputopology import read_topology
@@ -278,3 +291,41 @@ def test_each_source_is_read_at_its_own_cadence() -> None:
         assert calls["sysfs"] == 6
     finally:
         runner.close()
+
+
+def test_liveness_is_read_only_when_several_pods_list_one_device() -> None:
+    """A reading where no device or CPU is listed by several pods needs no liveness: the
+    node's log and cgroup trees are not walked (the view gets NOTHING_CONTESTED); one
+    with a stale listing (a finished pod's device handed to another) reads them."""
+    gpu = DeviceRef("nvidia.com/gpu", "GPU-0", (0,))
+    holder = PodAlloc("ns", "new", (ContainerAlloc("c", devices=(gpu,)),))
+    stale = PodAlloc("ns", "old", (ContainerAlloc("c", devices=(gpu,)),))
+    readings = [
+        KubeletReading(ApiVersion.V1, (holder,), None, Support.DISABLED, 0.0),
+        KubeletReading(ApiVersion.V1, (holder, stale), None, Support.DISABLED, 0.0),
+    ]
+    facts = PodLiveness(MappingProxyType({}), None)
+    reads = [0]
+
+    def read_liveness() -> PodLiveness:
+        reads[0] += 1
+        return facts
+
+    class Scripted:
+        socket_path = "/scripted.sock"
+
+        def read(self) -> KubeletReading:
+            return readings.pop(0)
+
+        def get_pod(self, namespace: str, name: str) -> PodAlloc | None:
+            return None
+
+        def stats(self) -> RequestStats:
+            return RequestStats()
+
+    topo = NodeTopology(frozenset({0, 1}))
+    reader = NodeReader(Scripted(), lambda: topo, liveness=read_liveness)
+    first = reader.observe()
+    assert first.liveness is NOTHING_CONTESTED and reads[0] == 0
+    second = reader.observe()
+    assert second.liveness is facts and reads[0] == 1

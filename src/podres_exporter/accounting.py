@@ -253,6 +253,26 @@ def _memory_holdings(pod: PodAlloc) -> Iterator[tuple[Holder, tuple[MemoryBlock,
         yield Holder(pod.namespace, pod.name, ""), left
 
 
+def contested(reading: KubeletReading) -> bool:
+    """Whether a device or a CPU is listed by containers of several pods: only then does
+    the accounting ask which of them still run (a finished pod's stale listing)."""
+    cpu_pod: dict[int, tuple[str, str]] = {}
+    device_pod: dict[tuple[str, str], tuple[str, str]] = {}
+    for pod in reading.pods:
+        key = (pod.namespace, pod.name)
+        for cpu in pod.cpu_ids:
+            if cpu_pod.setdefault(cpu, key) != key:
+                return True
+        for c in pod.containers:
+            for cpu in c.cpu_ids:
+                if cpu_pod.setdefault(cpu, key) != key:
+                    return True
+            for d in c.devices:
+                if device_pod.setdefault((d.resource, d.device_id), key) != key:
+                    return True
+    return False
+
+
 def pod_state(liveness: PodLiveness, namespace: str, pod: str) -> str:
     """``running``, ``finished`` or ``undecided`` for one listed pod, from node-local facts.
 

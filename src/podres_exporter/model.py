@@ -172,6 +172,11 @@ class PodLiveness:
     live_uids: frozenset[str] | None
 
 
+NOTHING_CONTESTED = PodLiveness(MappingProxyType({}), frozenset())
+"""The liveness given when no device or CPU is listed by several pods: nothing to ask,
+so nothing is read (the accounting never consults it then)."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeTopology:
     """CPUs of the node and their NUMA nodes, read from sysfs."""

@@ -30,10 +30,12 @@ import structlog
 from prometheus_client.metrics_core import Metric
 
 from podres_exporter import collectors
+from podres_exporter.accounting import contested
 from podres_exporter.collectors import Collector, RenderContext
 from podres_exporter.errors import ConfigError, KubeletError, SourceError
 from podres_exporter.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.model import (
+    NOTHING_CONTESTED,
     KubeletReading,
     NodeTopology,
     PodAlloc,
@@ -405,7 +407,9 @@ class NodeReader:
             kubelet_error = err
         liveness = None
         if reading is not None and self._liveness is not None:
-            liveness = self._liveness()  # never raises: an unreadable part is None
+            # Read only when some device or CPU is listed by several pods (a kubelet
+            # before 1.34 listing a finished pod): never on most nodes.
+            liveness = self._liveness() if contested(reading) else NOTHING_CONTESTED
         telemetry = self._runner.collect() if self._runner is not None else None
         return Observation(
             topology=topology,
