@@ -61,6 +61,7 @@ rules: $(STAMP)
 ## bench: the performance benchmark (see docs/performance.md)
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/exporter.py
 	$(BIN)/python bench/web_servers.py
 	$(BIN)/python bench/plugin.py
 	$(BIN)/python bench/top.py

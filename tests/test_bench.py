@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,26 @@ def test_quick_benchmark_prints_every_row() -> None:
     for cells in rows.values():
         assert any(c.endswith("x") or c == "!" for c in cells)  # the ratio to floor 2
     assert any(line.startswith("floor 1:") for line in lines[head + 4 :])
+
+
+@pytest.mark.slow  # runs the simulated kubelet, the exporter and a plain server as processes
+def test_quick_exporter_benchmark_measures_each_figure() -> None:
+    """bench/exporter.py --quick on the small node: every figure is printed beside its
+    target, and what it counts holds (two kubelet calls a poll under scrapers, no series
+    of a departed pod)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "exporter.py"), "--quick", "--scenario", "small"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=ROOT / "bench",
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout
+    for head in ("steady CPU on small", "/metrics latency", "kubelet calls per poll", "memory"):
+        assert head in out, out
+    latency = [line for line in out.splitlines() if " keep-alive " in line or " new conn " in line]
+    assert len(latency) == 8, out  # 2 formats x 2 connection kinds x 1 and 10 scrapers
+    assert "calls per poll 2.00" in out, out
+    assert re.search(r"departed pods with series left: 0 of [1-9]", out), out

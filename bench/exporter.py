@@ -1,0 +1,570 @@
+"""The exporter as a process on the `large` node: what a user feels, beside its floors.
+
+Usage: python bench/exporter.py [--quick] [--scenario NAME] [--churn-minutes M]
+
+The simulated kubelet (bench/simproc.py) and the exporter (bench/exporter_proc.py: the
+simulated host's sysfs, procfs and fake NVML, every collector on) run in processes of
+their own; this process only drives them, scrapes and reads ``/proc/<pid>``. Measured:
+
+1. **steady CPU**: the exporter at a 10 s poll, scraped by two scrapers every 15 s
+   (OpenMetrics, gzip, as Prometheus asks), over a window: CPU time (utime + stime) over
+   the window, in % of one core; once with every collector, once without the telemetry
+   collectors (kubelet, CPU, devices, memory, DRA only). Target: under 1 % with telemetry.
+2. **/metrics latency**: p50 and p99 of scrapes by 1 and 10 scrapers, each scraping
+   back to back, on keep-alive connections and on a new connection per scrape, in the
+   text format and in OpenMetrics with gzip; beside the same scrapes of a plain
+   ``http.server.ThreadingHTTPServer`` serving the very bytes the exporter served (in
+   its best configuration: HTTP/1.1, one write per response, ``TCP_NODELAY``, a backlog
+   of 128). Targets: p99 under 5 ms and at most 1.5x the plain server's.
+3. **kubelet calls per poll with 10 scrapers**, counted by the simulated kubelet, and
+   the poll cadence under that load: an exporter polling every second, hammered by 10
+   scrapers. Targets: at most 2 calls per poll; the polls keep their interval.
+4. **memory under churn**: resident memory after start-up and while the simulated
+   kubelet replaces 5 pods a second (10 minutes; ``--quick``: 12 s), the exporter polling
+   every 2 s; then every departed pod is looked for in a scrape. Targets: under 80 MiB,
+   no growth, no series of a departed pod.
+
+The poll cycle against its floors is bench/bench.py's; this is the daemon's view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import http.client
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import footprint
+
+from podres_exporter.collectors import ALL
+
+HERE = Path(__file__).parent
+SIMPROC = str(HERE / "simproc.py")
+EXPORTER = str(HERE / "exporter_proc.py")
+MIB = 2**20
+TARGET_STEADY = 0.01
+TARGET_P99_S = 0.005
+TARGET_RATIO = 1.5
+TARGET_CALLS = 2.0
+TARGET_RSS = 80 * MIB
+OPENMETRICS = footprint.PROMETHEUS_ACCEPT
+# The collectors that read only the kubelet (and the CPU topology): "without telemetry".
+KUBELET_ONLY = ("build", "kubelet", "cpu", "devices", "memory", "dra")
+CHURN_PER_S = 5.0
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Node:
+    """The simulated kubelet of one scenario, in its own process, with its counts file."""
+
+    scenario: str
+    tmp: Path
+    churn: float = 0.0
+    sim: footprint.Daemon | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.tmp / "kubelet.sock"
+
+    @property
+    def counts_file(self) -> Path:
+        return self.tmp / "counts.json"
+
+    def start(self) -> None:
+        args = [SIMPROC, self.scenario, str(self.socket), "--counts", str(self.counts_file)]
+        if self.churn:
+            args += ["--churn", str(self.churn)]
+        self.sim = footprint.spawn("simulator", args, self.tmp)
+        footprint.wait_for("the simulated kubelet", self.counts_file.exists, [self.sim])
+
+    def counts(self) -> dict[str, Any]:
+        for _ in range(20):
+            with contextlib.suppress(ValueError, OSError):
+                return dict(json.loads(self.counts_file.read_text()))
+            time.sleep(0.05)
+        raise RuntimeError(f"cannot read {self.counts_file}")
+
+    def calls(self) -> dict[str, int]:
+        calls: dict[str, int] = self.counts()["calls"]
+        return dict(calls)
+
+
+def start_exporter(node: Node, name: str, poll: str, extra: Sequence[str] = ()) -> footprint.Daemon:
+    port = footprint.free_port()
+    hostdir = node.tmp / f"host-{name}"
+    hostdir.mkdir()
+    exp = footprint.spawn(
+        name,
+        [EXPORTER, node.scenario, str(node.socket), str(hostdir), str(port), poll, *extra],
+        node.tmp,
+    )
+    exp.url = f"http://127.0.0.1:{port}"
+    assert node.sim is not None
+    footprint.wait_ready(exp, [node.sim])
+    return exp
+
+
+def without_telemetry() -> list[str]:
+    out: list[str] = []
+    for c in ALL:
+        if c.name not in KUBELET_ONLY:
+            out += [f"--collector.{c.name}", "off"]
+    return out
+
+
+def rss(pid: int) -> int:
+    return footprint.memory_status(pid)["VmRSS"]
+
+
+# ----------------------------------------------------------------------------- scraping
+
+
+@dataclass(frozen=True)
+class Ask:
+    """How a scraper asks: the format and whether it keeps its connection."""
+
+    openmetrics: bool
+    keep_alive: bool
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.openmetrics:
+            return {"Accept": OPENMETRICS, "Accept-Encoding": "gzip"}
+        return {"Accept": "text/plain"}
+
+    @property
+    def label(self) -> str:
+        fmt = "openmetrics+gzip" if self.openmetrics else "text"
+        return f"{fmt}, {'keep-alive' if self.keep_alive else 'new conn'}"
+
+
+class Scraper:
+    """One client scraping ``/metrics`` back to back; each scrape's latency is the time
+    from sending the request to the body's last byte."""
+
+    def __init__(self, port: int, ask: Ask) -> None:
+        self.port = port
+        self.ask = ask
+        self.conn: http.client.HTTPConnection | None = None
+        self.times: list[float] = []
+        self.bodies = 0
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.conn is None or not self.ask.keep_alive:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        return self.conn
+
+    def scrape(self) -> bytes:
+        conn = self._connection()
+        headers = dict(self.ask.headers)
+        if not self.ask.keep_alive:
+            headers["Connection"] = "close"
+        start = time.perf_counter()
+        conn.request("GET", "/metrics", headers=headers)
+        response = conn.getresponse()
+        body = response.read()
+        self.times.append(time.perf_counter() - start)
+        if response.status != http.HTTPStatus.OK:
+            raise RuntimeError(f"/metrics answered {response.status}")
+        self.bodies += 1
+        return body
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def hammer(
+    port: int, ask: Ask, scrapers: int, *, count: int = 0, seconds: float = 0.0
+) -> list[float]:
+    """``scrapers`` threads scraping back to back, ``count`` scrapes each or for
+    ``seconds``; every latency."""
+    clients = [Scraper(port, ask) for _ in range(scrapers)]
+    deadline = time.monotonic() + seconds
+    errors: list[BaseException] = []
+
+    def run(c: Scraper) -> None:
+        try:
+            c.scrape()  # connected and warm; not counted
+            c.times.clear()
+            n = 0
+            while (count and n < count) or (seconds and time.monotonic() < deadline):
+                c.scrape()
+                n += 1
+        except BaseException as err:  # noqa: BLE001 - reported by the caller
+            errors.append(err)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"a scraper failed: {errors[0]!r}")
+    return [t for c in clients for t in c.times]
+
+
+def pct(times: list[float], q: float) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# ----------------------------------------------------------------------------- the plain server
+
+
+def plain_server(port: int, bodies: Path) -> int:
+    """Serve the exporter's captured bytes with ThreadingHTTPServer until SIGTERM."""
+    text = (bodies / "text").read_bytes()
+    om = (bodies / "om").read_bytes()
+    om_gz = gzip.compress(om)
+    text_gz = gzip.compress(text)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            openmetrics = "openmetrics" in self.headers.get("Accept", "")
+            zipped = "gzip" in self.headers.get("Accept-Encoding", "")
+            body = (om_gz if zipped else om) if openmetrics else (text_gz if zipped else text)
+            kind = (
+                "application/openmetrics-text; version=1.0.0; charset=utf-8"
+                if openmetrics
+                else "text/plain; version=0.0.4; charset=utf-8"
+            )
+            head = [
+                "HTTP/1.1 200 OK",
+                f"Content-Type: {kind}",
+                f"Content-Length: {len(body)}",
+            ]
+            if zipped:
+                head.append("Content-Encoding: gzip")
+            if self.headers.get("Connection", "").lower() == "close":
+                head.append("Connection: close")
+                self.close_connection = True
+            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)  # one write
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 128
+        daemon_threads = True
+
+        def get_request(self) -> tuple[socket.socket, object]:
+            conn, addr = super().get_request()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return conn, addr
+
+    from podres_exporter import process
+
+    with process.stop_on_signals() as stop:
+        server = Server(("127.0.0.1", port), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        stop.wait()
+        server.shutdown()
+    return 0
+
+
+def start_plain(tmp: Path, exp: footprint.Daemon) -> footprint.Daemon:
+    bodies = tmp / "bodies"
+    bodies.mkdir(exist_ok=True)
+    port = int(exp.url.rsplit(":", 1)[1])
+    for name, openmetrics in (("text", False), ("om", True)):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request(
+            "GET", "/metrics", headers={"Accept": OPENMETRICS if openmetrics else "text/plain"}
+        )
+        (bodies / name).write_bytes(conn.getresponse().read())
+        conn.close()
+    plain_port = footprint.free_port()
+    plain = footprint.spawn(
+        "plain server", [__file__, "--plain-server", str(plain_port), str(bodies)], tmp
+    )
+    plain.url = f"http://127.0.0.1:{plain_port}"
+
+    def up() -> bool:
+        with contextlib.suppress(OSError):
+            return footprint.get(plain.url + "/metrics")[0] == http.HTTPStatus.OK
+        return False
+
+    footprint.wait_for("the plain server", up, [plain])
+    return plain
+
+
+# ----------------------------------------------------------------------------- measurements
+
+
+@dataclass
+class Steady:
+    label: str
+    cpu: float = 0.0
+    scrapes: int = 0
+    rss: int = 0
+
+
+def steady(exp: footprint.Daemon, seconds: float, label: str) -> Steady:
+    """Two scrapers every 15 s (OpenMetrics, gzip) over ``seconds``; CPU in the window."""
+    port = int(exp.url.rsplit(":", 1)[1])
+    scrapers = [Scraper(port, Ask(True, True)) for _ in range(2)]
+    out = Steady(label)
+    start = time.monotonic()
+    cpu0 = footprint.cpu_seconds(exp.proc.pid)
+    next_scrape = start
+    while time.monotonic() < start + seconds:
+        if time.monotonic() >= next_scrape:
+            for s in scrapers:
+                s.scrape()
+            next_scrape += footprint.SCRAPE_EVERY_S
+        time.sleep(max(0.0, min(next_scrape, start + seconds) - time.monotonic()))
+        exp.check_alive()
+    elapsed = time.monotonic() - start
+    out.cpu = (footprint.cpu_seconds(exp.proc.pid) - cpu0) / elapsed
+    out.scrapes = sum(s.bodies for s in scrapers)
+    out.rss = rss(exp.proc.pid)
+    for s in scrapers:
+        s.close()
+    return out
+
+
+@dataclass
+class Latency:
+    server: str
+    ask: Ask
+    scrapers: int
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def p50(self) -> float:
+        return pct(self.times, 0.5)
+
+    @property
+    def p99(self) -> float:
+        return pct(self.times, 0.99)
+
+
+def latencies(exp: footprint.Daemon, plain: footprint.Daemon, count: int) -> list[Latency]:
+    out = []
+    for openmetrics in (False, True):
+        for keep_alive in (True, False):
+            for scrapers in (1, 10):
+                ask = Ask(openmetrics, keep_alive)
+                for name, d in (("podres", exp), ("plain", plain)):
+                    port = int(d.url.rsplit(":", 1)[1])
+                    out.append(
+                        Latency(name, ask, scrapers, hammer(port, ask, scrapers, count=count))
+                    )
+    return out
+
+
+@dataclass
+class Calls:
+    seconds: float
+    polls: int
+    calls: dict[str, int]
+    scrapes: int
+
+    @property
+    def per_poll(self) -> float:
+        return sum(self.calls.values()) / max(1, self.polls)
+
+
+def calls_under_load(node: Node, seconds: float) -> Calls:
+    exp = start_exporter(node, "exporter-1s", "1s")
+    try:
+        time.sleep(1.5)
+        before = node.calls()
+        start = time.monotonic()
+        port = int(exp.url.rsplit(":", 1)[1])
+        times = hammer(port, Ask(True, True), 10, seconds=seconds)
+        elapsed = time.monotonic() - start
+        after = node.calls()
+    finally:
+        footprint.stop(exp)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    delta = {k: v for k, v in delta.items() if v}
+    polls = sum(v for k, v in delta.items() if k.endswith("/List"))
+    return Calls(elapsed, polls, delta, len(times))
+
+
+@dataclass
+class Churned:
+    minutes: float
+    replaced: int = 0
+    rss_start: int = 0
+    rss_peak: int = 0
+    rss_end: int = 0
+    departed: int = 0
+    departed_seen: int = 0
+    samples: list[tuple[float, int]] = field(default_factory=list)
+
+
+def churn(tmp: Path, scenario: str, minutes: float) -> Churned:
+    node = Node(scenario, tmp, churn=CHURN_PER_S)
+    node.start()
+    out = Churned(minutes)
+    try:
+        exp = start_exporter(node, "exporter-churn", "2s")
+        try:
+            time.sleep(5)  # a few polls of churn before the first figure
+            out.rss_start = out.rss_peak = rss(exp.proc.pid)
+            start = time.monotonic()
+            end = start + minutes * 60
+            while time.monotonic() < end:
+                time.sleep(min(10.0, max(0.0, end - time.monotonic())))
+                exp.check_alive()
+                r = rss(exp.proc.pid)
+                out.samples.append((time.monotonic() - start, r))
+                out.rss_peak = max(out.rss_peak, r)
+            out.rss_end = rss(exp.proc.pid)
+            counts = node.counts()
+            out.replaced = int(counts["replaced"])
+            departed = {tuple(p.split("/", 1)) for p in counts["departed"]}
+            time.sleep(5)  # two polls: every pod departed before `counts` is gone from them
+            status, body = footprint.get(exp.url + "/metrics")
+            assert status == http.HTTPStatus.OK
+            text = body.decode()
+            out.departed = len(departed)
+            out.departed_seen = sum(
+                1 for ns, pod in departed if f'namespace="{ns}",pod="{pod}"' in text
+            )
+        finally:
+            footprint.stop(exp)
+    finally:
+        if node.sim is not None:
+            footprint.stop(node.sim)
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def ms(t: float) -> str:
+    return f"{t * 1e3:.2f} ms"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def report(
+    runs: list[Steady], lat: list[Latency], calls: Calls, churned: Churned, scenario: str
+) -> None:
+    footprint.print_head(f"steady CPU on {scenario}: 10 s poll, 2 scrapers every 15 s")
+    for s in runs:
+        rss_mib = s.rss / MIB
+        print(f"  {s.label:<30} {s.cpu * 100:6.2f} % of a core  ({s.scrapes} scrapes, ", end="")
+        print(f"RSS {rss_mib:.0f} MiB)")
+    on = runs[0].cpu
+    print(f"  target < {TARGET_STEADY * 100:.0f} % with telemetry: {verdict(on < TARGET_STEADY)}")
+
+    footprint.print_head("/metrics latency: podres vs a plain ThreadingHTTPServer, same bytes")
+    head = ("ask", "scrapers", "podres p50", "p99", "plain p50", "p99", "p99 x")
+    print("  {:<30} {:>8} {:>12} {:>10} {:>12} {:>10} {:>7}".format(*head))
+    worst_ratio, worst_p99 = 0.0, 0.0
+    for ours, plain in zip(lat[::2], lat[1::2], strict=True):
+        ratio = ours.p99 / plain.p99
+        worst_ratio = max(worst_ratio, ratio)
+        worst_p99 = max(worst_p99, ours.p99)
+        cells = (ms(ours.p50), ms(ours.p99), ms(plain.p50), ms(plain.p99))
+        print(
+            f"  {ours.ask.label:<30} {ours.scrapers:>8} {{:>12}} {{:>10}} {{:>12}} {{:>10}}".format(
+                *cells
+            )
+            + f" {ratio:>6.2f}x"
+        )
+    p99_ok = verdict(worst_p99 < TARGET_P99_S)
+    ratio_ok = verdict(worst_ratio <= TARGET_RATIO)
+    print(f"  worst p99 {ms(worst_p99)} (target < {ms(TARGET_P99_S)}: {p99_ok}); ", end="")
+    print(f"worst ratio {worst_ratio:.2f}x (target <= {TARGET_RATIO}x: {ratio_ok})")
+
+    footprint.print_head("kubelet calls per poll, 10 scrapers hammering, 1 s poll")
+    print(
+        f"  {calls.polls} polls in {calls.seconds:.1f} s ({calls.seconds:.0f} expected at 1 s), ",
+        end="",
+    )
+    print(f"{calls.scrapes} scrapes; calls {calls.calls}")
+    cadence = calls.seconds / max(1, calls.polls)
+    calls_ok = verdict(calls.per_poll <= TARGET_CALLS)
+    print(
+        f"  calls per poll {calls.per_poll:.2f} (target <= {TARGET_CALLS:.0f}: {calls_ok}); ",
+        end="",
+    )
+    print(f"cadence under load {cadence:.2f} s per poll (interval 1 s)")
+
+    footprint.print_head(f"memory under churn: {CHURN_PER_S:.0f} pods replaced a second, 2 s poll")
+    start, peak, end = (churned.rss_start / MIB, churned.rss_peak / MIB, churned.rss_end / MIB)
+    print(
+        f"  {churned.minutes:g} min, {churned.replaced} replacements: RSS {start:.1f} MiB ", end=""
+    )
+    print(f"after start-up, peak {peak:.1f}, end {end:.1f} (growth {end - start:+.1f} MiB)")
+    rss_ok = verdict(churned.rss_peak < TARGET_RSS)
+    print(f"  target < 80 MiB: {rss_ok}; departed pods with series left: ", end="")
+    print(f"{churned.departed_seen} of {churned.departed}")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--plain-server":
+        return plain_server(int(sys.argv[2]), Path(sys.argv[3]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="short windows: only shows that it runs"
+    )
+    parser.add_argument("--scenario", default="large")
+    parser.add_argument("--churn-minutes", type=float, help="default 10 (quick: 1/3)")
+    ns = parser.parse_args()
+    window = 10.0 if ns.quick else 120.0
+    count = 5 if ns.quick else 100
+    hammer_s = 3.0 if ns.quick else 30.0
+    minutes = ns.churn_minutes or (0.2 if ns.quick else 10.0)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; scenario {ns.scenario}")
+    with footprint.workdir() as tmp:
+        node = Node(ns.scenario, tmp / "node")
+        node.tmp.mkdir()
+        node.start()
+        assert node.sim is not None
+        try:
+            exp = start_exporter(node, "exporter", "10s")
+            plain = None
+            try:
+                runs = [steady(exp, window, "every collector")]
+                plain = start_plain(tmp, exp)
+                lat = latencies(exp, plain, count)
+            finally:
+                footprint.stop(exp)
+                if plain is not None:
+                    footprint.stop(plain)
+            bare = start_exporter(node, "exporter-bare", "10s", without_telemetry())
+            try:
+                runs.append(steady(bare, window, "without telemetry collectors"))
+            finally:
+                footprint.stop(bare)
+            calls = calls_under_load(node, hammer_s)
+        finally:
+            footprint.stop(node.sim)
+        churn_dir = tmp / "churn"
+        churn_dir.mkdir()
+        churned = churn(churn_dir, ns.scenario, minutes)
+    report(runs, lat, calls, churned, ns.scenario)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
