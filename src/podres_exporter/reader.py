@@ -49,7 +49,7 @@ from podres_exporter.sources.devices import StaticCache, read_devices
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
-from podres_exporter.sources.procfs import read_container_index, read_cpu_times, read_pid_cgroups
+from podres_exporter.sources.procfs import ContainerIndexCache, read_cpu_times, read_pid_cgroups
 from podres_exporter.telemetry import SourceStatus, Telemetry
 from podres_exporter.view import NodeView
 
@@ -230,6 +230,8 @@ def _launch(name: str, fn: TelemetrySource) -> Future[Mapping[str, Any]]:
 def gpu_source(backend: GpuBackend, settings: Settings) -> TelemetrySource:
     """GPUs from the backend, then the cgroups of their processes and the log-name index."""
 
+    index = ContainerIndexCache()  # the runner never runs a source twice at once
+
     def read() -> dict[str, Any]:
         inventory = backend.read()
         pids = {p.pid for g in inventory.gpus for p in g.processes}
@@ -238,9 +240,7 @@ def gpu_source(backend: GpuBackend, settings: Settings) -> TelemetrySource:
         return {
             "gpus": inventory,
             "pid_cgroups": read_pid_cgroups(settings.path_procfs, pids),
-            "containers": read_container_index(
-                settings.path_container_logs, settings.path_pod_logs
-            ),
+            "containers": index.read(settings.path_container_logs, settings.path_pod_logs),
         }
 
     return read

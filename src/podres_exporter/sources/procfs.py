@@ -8,7 +8,8 @@ not a CPU id) and reads only the procfs set in a module-wide global.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
@@ -76,3 +77,39 @@ def _names(path: str | Path) -> list[str]:
 def read_container_index(container_logs: str | Path, pod_logs: str | Path) -> ContainerIndex:
     """Index the names in ``/var/log/containers`` and ``/var/log/pods`` (missing dirs: empty)."""
     return build_index(_names(container_logs), _names(pod_logs))
+
+
+def _mtime(path: str | Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+class ContainerIndexCache:
+    """:func:`read_container_index`, built again only when a log directory changed.
+
+    A name added to or removed from a directory changes the directory's mtime, so while
+    both mtimes stay the same the last index holds; it is also built again at least every
+    ``max_age_s`` (a file system with coarse timestamps). Indexing thousands of names
+    costs more than a poll's whole GPU reading.
+    """
+
+    def __init__(self, *, max_age_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self._max_age = max_age_s
+        self._clock = clock
+        self._key: tuple[int | None, int | None] | None = None
+        self._built_at = 0.0
+        self._index: ContainerIndex | None = None
+        self.builds = 0
+
+    def read(self, container_logs: str | Path, pod_logs: str | Path) -> ContainerIndex:
+        key = (_mtime(container_logs), _mtime(pod_logs))
+        now = self._clock()
+        fresh = now - self._built_at < self._max_age
+        if self._index is not None and key == self._key and None not in key and fresh:
+            return self._index
+        self._index = read_container_index(container_logs, pod_logs)
+        self._key, self._built_at = key, now
+        self.builds += 1
+        return self._index
