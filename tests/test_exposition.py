@@ -352,3 +352,24 @@ def not_live(body: bytes) -> bytes:
         for line in body.split(b"\n")
         if b"snapshot_age" not in line and b"process_" not in line
     )
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_the_snapshot_age_is_written_as_the_writer_writes_it(
+    monkeypatch: pytest.MonkeyPatch, openmetrics: bool
+) -> None:
+    """The live snapshot age, written without the writer's per-family work, is byte for
+    byte what ``write`` gives: before a reading (no sample) and with one."""
+    s = Setup(monkeypatch)
+    wall = 1_700_000_123.25
+    s.exposition._wall = lambda: wall
+    assert s.exposition._age(None, openmetrics) == write(
+        [snapshot_age(None, wall)], openmetrics, eof=False
+    )
+    s.poller.poll_once()
+    view = s.store.current()
+    assert view is not None
+    for _ in range(2):  # the head from the first call, then from the cache
+        assert s.exposition._age(view, openmetrics) == write(
+            [snapshot_age(view, wall)], openmetrics, eof=False
+        )

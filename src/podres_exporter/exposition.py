@@ -302,6 +302,7 @@ class Exposition:
         self._asked_at: dict[bool, float] = {}  # openmetrics -> when a scraper last asked
         self._write_cache = WriteCache()  # families reused by the collectors keep their text
         self._process: dict[bool, tuple[float, bytes]] = {}  # format -> (when, process metrics)
+        self._age_head: dict[bool, bytes] = {}  # format -> the snapshot age's HELP and TYPE
         self._prepare_failed = False
         self._live = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._live)
@@ -389,9 +390,20 @@ class Exposition:
         if process is None or now - process[0] >= PROCESS_EVERY_S:
             process = (now, write(self._live.collect(), openmetrics, eof=False))
             self._process[openmetrics] = process
-        return write([snapshot_age(view, self._wall())], openmetrics, eof=False) + (
-            process[1] + _EOF if openmetrics else process[1]
-        )
+        return self._age(view, openmetrics) + (process[1] + _EOF if openmetrics else process[1])
+
+    def _age(self, view: NodeView | None, openmetrics: bool) -> bytes:
+        """``podres_snapshot_age_seconds`` now: its head written once per format, its
+        one line here (what :func:`write` gives, without its per-family work)."""
+        family = snapshot_age(view, self._wall())
+        head = self._age_head.get(openmetrics)
+        if head is None:
+            empty = Metric(family.name, family.documentation, family.type)
+            head = self._age_head[openmetrics] = write([empty], openmetrics, eof=False)
+        if not family.samples:
+            return head
+        (sample,) = family.samples
+        return head + f"{sample.name} {go_float(sample.value)}\n".encode()
 
     def ready_body(self, *, openmetrics: bool, gz: bool) -> bytes | None:
         """The body when it can be given at once: the current view's rendering in this
