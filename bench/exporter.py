@@ -383,7 +383,11 @@ class Calls:
     seconds: float
     polls: int
     calls: dict[str, int]
-    scrapes: int
+    times: list[float]
+
+    @property
+    def scrapes(self) -> int:
+        return len(self.times)
 
     @property
     def per_poll(self) -> float:
@@ -405,7 +409,7 @@ def calls_under_load(node: Node, seconds: float) -> Calls:
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     delta = {k: v for k, v in delta.items() if v}
     polls = sum(v for k, v in delta.items() if k.endswith("/List"))
-    return Calls(elapsed, polls, delta, len(times))
+    return Calls(elapsed, polls, delta, times)
 
 
 @dataclass
@@ -512,6 +516,9 @@ def report(
         end="",
     )
     print(f"cadence under load {cadence:.2f} s per poll (interval 1 s)")
+    p50, p99, worst = pct(calls.times, 0.5), pct(calls.times, 0.99), max(calls.times)
+    print(f"  scrapes across {calls.polls} publishes: p50 {ms(p50)}, p99 {ms(p99)}, ", end="")
+    print(f"slowest {ms(worst)} (a scrape never renders: one after a publish is like any other)")
 
     footprint.print_head(f"memory under churn: {CHURN_PER_S:.0f} pods replaced a second, 2 s poll")
     start, peak, end = (churned.rss_start / MIB, churned.rss_peak / MIB, churned.rss_end / MIB)
