@@ -38,6 +38,7 @@ import http.client
 import json
 import os
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -64,6 +65,7 @@ OPENMETRICS = footprint.PROMETHEUS_ACCEPT
 # The collectors that read only the kubelet (and the CPU topology): "without telemetry".
 KUBELET_ONLY = ("build", "kubelet", "cpu", "devices", "memory", "dra")
 CHURN_PER_S = 5.0
+STEADY_PART_S = 30.0
 # The third steady run: the sysfs counters read at their own, slower cadence.
 SLOW_SOURCES = ("--source-interval.sysfs", "30s")
 
@@ -322,6 +324,8 @@ class Steady:
     cpu: float = 0.0
     scrapes: int = 0
     rss: int = 0
+    # The CPU of each 30 s of the window (three polls, two scrape rounds), % of a core.
+    parts: list[float] = field(default_factory=list)
 
 
 def steady(exp: footprint.Daemon, seconds: float, label: str) -> Steady:
@@ -332,6 +336,7 @@ def steady(exp: footprint.Daemon, seconds: float, label: str) -> Steady:
     start = time.monotonic()
     cpu0 = footprint.cpu_seconds(exp.proc.pid)
     next_scrape = start
+    part_start, part_cpu = start, cpu0
     while time.monotonic() < start + seconds:
         if time.monotonic() >= next_scrape:
             for s in scrapers:
@@ -339,6 +344,11 @@ def steady(exp: footprint.Daemon, seconds: float, label: str) -> Steady:
             next_scrape += footprint.SCRAPE_EVERY_S
         time.sleep(max(0.0, min(next_scrape, start + seconds) - time.monotonic()))
         exp.check_alive()
+        now = time.monotonic()
+        if now - part_start >= STEADY_PART_S - 0.5:
+            cpu = footprint.cpu_seconds(exp.proc.pid)
+            out.parts.append((cpu - part_cpu) / (now - part_start))
+            part_start, part_cpu = now, cpu
     elapsed = time.monotonic() - start
     out.cpu = (footprint.cpu_seconds(exp.proc.pid) - cpu0) / elapsed
     out.scrapes = sum(s.bodies for s in scrapers)
@@ -478,7 +488,14 @@ def report(
     footprint.print_head(f"steady CPU on {scenario}: 10 s poll, 2 scrapers every 15 s")
     for s in runs:
         rss_mib = s.rss / MIB
-        print(f"  {s.label:<30} {s.cpu * 100:6.2f} % of a core  ({s.scrapes} scrapes, ", end="")
+        spread = ""
+        if len(s.parts) > 1:
+            lo, mid, hi = min(s.parts), statistics.median(s.parts), max(s.parts)
+            spread = f"30 s parts: median {mid * 100:.2f} ({lo * 100:.2f}-{hi * 100:.2f}); "
+        print(
+            f"  {s.label:<30} {s.cpu * 100:6.2f} % of a core  ({spread}{s.scrapes} scrapes, ",
+            end="",
+        )
         print(f"RSS {rss_mib:.0f} MiB)")
     on = runs[0].cpu
     print(f"  target < {TARGET_STEADY * 100:.0f} % with telemetry: {verdict(on < TARGET_STEADY)}")
