@@ -16,6 +16,7 @@ containers by :func:`~podres_exporter.attribution.container_of`.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -256,6 +257,11 @@ def _gpu_usage(rows: Iterable[GpuRow], t: Telemetry) -> list[GpuHolderUsage]:
     return out
 
 
+# ``ids.resolve`` is pure and its answers are small: a node's device ids (hardware ids,
+# bounded by the hardware) are resolved once, not at every poll.
+_resolve = functools.lru_cache(maxsize=16_384)(resolve)
+
+
 def _numa_sets(reading: KubeletReading, topology: NodeTopology) -> list[tuple[Holder, bool]]:
     """Per container with placed resources: do CPUs, devices and memory share NUMA nodes?"""
     out = []
@@ -357,7 +363,7 @@ def join(
     if reading.allocatable is not None:
         ids += [(d.resource, d.device_id, None) for d in reading.allocatable.devices]
     for resource, device_id, holder in ids:
-        r = resolve(resource, device_id, patterns)
+        r = _resolve(resource, device_id, patterns)
         targets = cat.targets(r, device_id)
         if holder is not None:
             for target in targets:

@@ -422,13 +422,14 @@ def _pci_functions(
 
 def _read_net(root: str, name: str, pci_address: str | None) -> NetReading | None:
     path = os.path.join(root, "class", "net", name)
-    if not os.path.isdir(path):
-        return None
     carrier = _int(f"{path}/carrier")
     speed = _int(f"{path}/speed")
     stats = _ints_in(f"{path}/statistics", _NET_STATS)
     operstate = _read(f"{path}/operstate")
-    if not os.path.isdir(path):
+    # Every attribute read: the interface was there. One missing: it may have gone (or
+    # never was) while we read, which only the directory tells.
+    complete = operstate is not None and None not in stats.values()
+    if not complete and not os.path.isdir(path):
         return None
     return NetReading(
         interface=name,
