@@ -66,6 +66,7 @@ OPENMETRICS = footprint.PROMETHEUS_ACCEPT
 KUBELET_ONLY = ("build", "kubelet", "cpu", "devices", "memory", "dra")
 CHURN_PER_S = 5.0
 STEADY_PART_S = 30.0
+MINUTE_S = 60.0
 # The third steady run: the sysfs counters read at their own, slower cadence.
 SLOW_SOURCES = ("--source-interval.sysfs", "30s")
 
@@ -543,6 +544,11 @@ def report(
         f"  {churned.minutes:g} min, {churned.replaced} replacements: RSS {start:.1f} MiB ", end=""
     )
     print(f"after start-up, peak {peak:.1f}, end {end:.1f} (growth {end - start:+.1f} MiB)")
+    # One sample a minute (they are 10 s apart), from the first minute's end.
+    marks = [(t, r) for t, r in churned.samples if t >= MINUTE_S - 5][::6]
+    marks = marks or churned.samples[-1:]
+    shape = ", ".join(f"{t / 60:.0f} min {r / MIB:.1f}" for t, r in marks)
+    print(f"  RSS along the run: {shape} MiB")
     rss_ok = verdict(churned.rss_peak < TARGET_RSS)
     print(f"  target < 80 MiB: {rss_ok}; departed pods with series left: ", end="")
     print(f"{churned.departed_seen} of {churned.departed}")
