@@ -407,20 +407,27 @@ class Exposition:
 
     def ready_body(self, *, openmetrics: bool, gz: bool) -> bytes | None:
         """The body when it can be given at once: the current view's rendering in this
-        format is cached and no other scrape holds the lock. None otherwise (then
-        :meth:`body`, which may render or wait, answers from a worker thread)."""
+        format is cached and no other scrape holds the lock (never waits for it, never
+        renders: the web server calls this on its event loop). None otherwise; then
+        :meth:`body`, which may render or wait, answers from a worker thread."""
         view = self._store.current()
         if not self._lock.acquire(blocking=False):
             return None
         try:
             rendered = self._views.get(_generation(view))
-            if rendered is None or openmetrics not in rendered.plain:
+            plain = rendered.plain.get(openmetrics) if rendered is not None else None
+            if rendered is None or plain is None:
                 return None
-            if gz and openmetrics not in rendered.gzip:
-                return None
+            head, compressor = plain, None
+            if gz:
+                stream = rendered.gzip.get(openmetrics)
+                if stream is None:
+                    return None
+                head, compressor = stream[0], stream[1].copy()
         finally:
             self._lock.release()
-        return self.body(openmetrics=openmetrics, gz=gz)
+        self._asked_at[openmetrics] = self._clock()
+        return self._finish(view, openmetrics, head, compressor)
 
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
         """The full exposition; when ``gz``, one gzip member (decoders that read only
@@ -428,6 +435,16 @@ class Exposition:
         self._asked_at[openmetrics] = self._clock()
         view = self._store.current()
         head, compressor = self._cached(view, openmetrics, gz)
+        return self._finish(view, openmetrics, head, compressor)
+
+    def _finish(
+        self,
+        view: NodeView | None,
+        openmetrics: bool,
+        head: bytes,
+        compressor: zlib._Compress | None,
+    ) -> bytes:
+        """The cached part followed by the live part, into the same gzip member."""
         live = self._live_part(view, openmetrics)
         if compressor is None:
             return head + live
