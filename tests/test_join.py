@@ -227,3 +227,28 @@ def test_cpu_times_not_read_again_keep_the_last_busy_ratios() -> None:
     again = run(r, same, previous=now, busy_before=first.shared_pool_busy_ratio)
     assert dict(again.shared_pool_busy_ratio) == {"0": 0.1, "1": 0.4}
     assert [(c.cpu, c.busy_seconds) for c in again.cpu_busy] == [(0, 9.0)]
+
+
+def test_an_unchanged_state_reuses_the_matching_and_a_new_device_redoes_it() -> None:
+    """With the same kubelet state and the same devices read, the last join's matching
+    (and its resolutions tuple) is reused; a device gone from the telemetry redoes it,
+    and an id resolved before is not resolved again but matched anew."""
+    r = reading(pod("a", ContainerAlloc("c", devices=(dev("nvidia.com/gpu", U1),))))
+    both = Telemetry(gpus=gpus(GpuReading(U1, 0), GpuReading(U2, 1)))
+    first = run(r, both)
+    again = run(
+        r, Telemetry(gpus=gpus(GpuReading(U1, 0), GpuReading(U2, 1))), before=first, unchanged=True
+    )
+    assert again.resolutions is first.resolutions
+    assert again.matched is first.matched
+    assert {g.gpu.uuid: g.held.single for g in again.gpus} == {U1: Holder("ns", "a", "c"), U2: None}
+    gone = run(r, Telemetry(gpus=gpus(GpuReading(U2, 1))), before=again, unchanged=True)
+    assert gone.resolutions is not first.resolutions
+    assert [(x.device_id, x.matched) for x in gone.resolutions] == [(U1, False)]
+    assert gone.matched is not None and first.matched is not None
+    assert (
+        gone.matched.resolved[("nvidia.com/gpu", U1)]
+        is first.matched.resolved[("nvidia.com/gpu", U1)]
+    )
+    changed = run(r, both, before=first, unchanged=False)
+    assert changed.resolutions is not first.resolutions and changed.resolutions == first.resolutions

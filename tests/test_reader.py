@@ -210,7 +210,10 @@ def test_what_did_not_change_is_neither_accounted_nor_rendered_again(
         assert second.accounting is first.accounting
         assert second.joined is not None and first.joined is not None
         assert second.joined.numa_aligned is first.joined.numa_aligned
+        assert second.joined.resolutions is first.joined.resolutions
         before = {id(f) for f in families1}
+        resolution = [f for f in families2 if f.name == "podres_device_resolution"]
+        assert resolution and id(resolution[0]) in before, "the resolution info is reused"
         cpu = [f for f in families2 if f.name == "podres_container_exclusive_cpus"]
         assert cpu and id(cpu[0]) in before, "the cpu collector's families are reused"
         net = [f for f in families2 if f.name.startswith("podres_net_")]
@@ -224,6 +227,8 @@ def test_what_did_not_change_is_neither_accounted_nor_rendered_again(
         sim.node.remove(victim.namespace, victim.name)
         third, families3 = poll(second, 3)
         assert third.accounting is not second.accounting
+        assert third.joined is not None
+        assert third.joined.resolutions is not second.joined.resolutions
         assert not {id(f) for f in families3 if f.name == "podres_container_exclusive_cpus"} & {
             id(f) for f in families2
         }

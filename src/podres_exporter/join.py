@@ -16,7 +16,6 @@ containers by :func:`~podres_exporter.attribution.container_of`.
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -134,6 +133,20 @@ class IdleDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class Matched:
+    """The kubelet's device ids matched to the telemetry's devices: what one join derives
+    from the reading and the catalog's keys alone, handed to the next join to reuse."""
+
+    catalog: tuple[frozenset[object], ...]
+    holders: Mapping[Target, tuple[Holder, ...]]
+    resolutions: tuple[Resolution, ...]
+    resolved: Mapping[tuple[str, str], Resolved]
+    known_pci: frozenset[str]
+    known_cards: frozenset[str]
+    known_names: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Joined:
     """Everything the telemetry collectors render."""
 
@@ -150,6 +163,7 @@ class Joined:
     )
     numa_aligned: tuple[tuple[Holder, bool], ...] = ()
     idle: tuple[IdleDevice, ...] = ()
+    matched: Matched | None = field(default=None, compare=False, repr=False)
 
     def idle_since(self) -> Mapping[tuple[str, Holder], float]:
         return {(d.device, d.holder): d.idle_since for d in self.idle}
@@ -179,6 +193,18 @@ class _Catalog:
         self.net = {n.interface: n for n in dev.net} if dev else {}
         self.drm = {d.card: d for d in dev.drm} if dev else {}
         self.pci_children: dict[str, list[Target]] = defaultdict(list)
+        # What matching reads of the catalog: equal keys, equal matches.
+        self.key: tuple[frozenset[object], ...] = (
+            frozenset((k, g.uuid) for k, g in self.gpu_by_uuid.items()),
+            frozenset((k, g.uuid) for k, g in self.gpu_by_pci.items()),
+            frozenset((k, g.uuid) for k, g in self.gpu_by_index.items()),
+            frozenset((k, g.uuid) for k, g in self.mig_by_location.items()),
+            frozenset((k, g.uuid) for k, g in self.mig_by_index.items()),
+            frozenset(self.pci),
+            frozenset((n.interface, n.pci_address) for n in dev.net) if dev else frozenset(),
+            frozenset((d.card, d.pci_address) for d in dev.drm) if dev else frozenset(),
+            frozenset((p.device, p.pci_address) for p in dev.infiniband) if dev else frozenset(),
+        )
         if dev:
             for n in dev.net:
                 if n.pci_address:
@@ -255,11 +281,6 @@ def _gpu_usage(rows: Iterable[GpuRow], t: Telemetry) -> list[GpuHolderUsage]:
             )
     out.sort(key=lambda u: (u.uuid, u.holder is None, u.holder or ("", "", "")))
     return out
-
-
-# ``ids.resolve`` is pure and its answers are small: a node's device ids (hardware ids,
-# bounded by the hardware) are resolved once, not at every poll.
-_resolve = functools.lru_cache(maxsize=16_384)(resolve)
 
 
 def _numa_sets(reading: KubeletReading, topology: NodeTopology) -> list[tuple[Holder, bool]]:
@@ -346,53 +367,45 @@ def join(
     gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES,
     numa_aligned: tuple[tuple[Holder, bool], ...] | None = None,
     busy_before: Mapping[str, float] | None = None,
+    before: Joined | None = None,
+    unchanged: bool = False,
 ) -> Joined:
     """Match ``telemetry`` to the holders in ``acc``; see the module docstring.
 
     ``numa_aligned``: the alignment already derived from this reading and topology (it
     reads nothing else), reused rather than derived again. ``busy_before``: the shared
     pools' busy ratios of ``previous``, served again when the CPU times were not read
-    since."""
-    patterns = tuple(gpu_resources)
+    since. ``before``: the last join, whose resolved device ids are not resolved again;
+    with ``unchanged`` (the same kubelet state) and the same catalog keys, its matching
+    and its resolutions are reused whole (the same objects: their families too)."""
     cat = _Catalog(telemetry)
-    holders: dict[Target, list[Holder]] = defaultdict(list)
-    resolutions: dict[tuple[str, str], Resolution] = {}
-    ids: list[tuple[str, str, Holder | None]] = [
-        (d.resource, d.device_id, d.holder) for d in acc.container_devices
-    ]
-    if reading.allocatable is not None:
-        ids += [(d.resource, d.device_id, None) for d in reading.allocatable.devices]
-    for resource, device_id, holder in ids:
-        r = _resolve(resource, device_id, patterns)
-        targets = cat.targets(r, device_id)
-        if holder is not None:
-            for target in targets:
-                holders[target].append(holder)
-        resolutions[(resource, device_id)] = Resolution(
-            resource, device_id, r.kind, r.key, matched=bool(targets)
-        )
+    last = before.matched if before is not None else None
+    if unchanged and last is not None and last.catalog == cat.key:
+        m = last
+    else:
+        m = _match(acc, reading, cat, tuple(gpu_resources), last)
+    holders = m.holders
+    known_pci, known_cards = m.known_pci, m.known_cards
     gpus = telemetry.gpus.gpus if telemetry.gpus else ()
-    gpu_rows = [GpuRow(g, _held(holders[("gpu", g.uuid)])) for g in gpus]
-    # sysfs devices are exported when the kubelet knows them (allocatable or held).
-    known_pci = {r.physical_id for r in resolutions.values() if r.kind is Kind.PCI}
-    known_cards = {r.physical_id for r in resolutions.values() if r.kind is Kind.DRM}
-    known_names = {r.device_id for r in resolutions.values()}
+    gpu_rows = [GpuRow(g, _held(holders.get(("gpu", g.uuid), ()))) for g in gpus]
     dev = telemetry.devices or SysfsDevices()
     pci_rows = [
-        PciRow(p, _held(holders[("pci", p.address)])) for p in dev.pci if p.address in known_pci
+        PciRow(p, _held(holders.get(("pci", p.address), ())))
+        for p in dev.pci
+        if p.address in known_pci
     ]
     net_rows = [
-        NetRow(n, _held(holders[("net", n.interface)]))
+        NetRow(n, _held(holders.get(("net", n.interface), ())))
         for n in dev.net
-        if n.pci_address in known_pci or n.interface in known_names
+        if n.pci_address in known_pci or n.interface in m.known_names
     ]
     ib_rows = [
-        IbRow(p, _held(holders[("ib", p.device)]))
+        IbRow(p, _held(holders.get(("ib", p.device), ())))
         for p in dev.infiniband
         if p.pci_address in known_pci
     ]
     drm_rows = [
-        DrmRow(d, _held(holders[("drm", d.card)]))
+        DrmRow(d, _held(holders.get(("drm", d.card), ())))
         for d in dev.drm
         if d.pci_address in known_pci or d.card in known_cards
     ]
@@ -404,11 +417,52 @@ def join(
         net=tuple(net_rows),
         infiniband=tuple(ib_rows),
         drm=tuple(drm_rows),
-        resolutions=tuple(sorted(resolutions.values(), key=lambda r: (r.resource, r.device_id))),
+        resolutions=m.resolutions,
         cpu_busy=tuple(cpu_rows),
         shared_pool_busy_ratio=MappingProxyType(ratios),
         numa_aligned=numa_aligned
         if numa_aligned is not None
         else tuple(_numa_sets(reading, topology)),
         idle=tuple(_idle(gpu_rows, drm_rows, now, idle_before or {})),
+        matched=m,
+    )
+
+
+def _match(
+    acc: Accounting,
+    reading: KubeletReading,
+    cat: _Catalog,
+    patterns: tuple[str, ...],
+    last: Matched | None,
+) -> Matched:
+    """Every device id of the reading resolved (an id the last join resolved is not
+    resolved again) and matched to the catalog's devices, with its holders."""
+    resolved_before = last.resolved if last is not None else {}
+    resolved: dict[tuple[str, str], Resolved] = {}
+    holders: dict[Target, list[Holder]] = defaultdict(list)
+    resolutions: dict[tuple[str, str], Resolution] = {}
+    ids: list[tuple[str, str, Holder | None]] = [
+        (d.resource, d.device_id, d.holder) for d in acc.container_devices
+    ]
+    if reading.allocatable is not None:
+        ids += [(d.resource, d.device_id, None) for d in reading.allocatable.devices]
+    for resource, device_id, holder in ids:
+        key = (resource, device_id)
+        r = resolved.get(key) or resolved_before.get(key)
+        if r is None:
+            r = resolve(resource, device_id, patterns)
+        resolved[key] = r
+        targets = cat.targets(r, device_id)
+        if holder is not None:
+            for target in targets:
+                holders[target].append(holder)
+        resolutions[key] = Resolution(resource, device_id, r.kind, r.key, matched=bool(targets))
+    return Matched(
+        catalog=cat.key,
+        holders=MappingProxyType({t: tuple(hs) for t, hs in holders.items()}),
+        resolutions=tuple(sorted(resolutions.values(), key=lambda r: (r.resource, r.device_id))),
+        resolved=MappingProxyType(resolved),
+        known_pci=frozenset(r.physical_id for r in resolutions.values() if r.kind is Kind.PCI),
+        known_cards=frozenset(r.physical_id for r in resolutions.values() if r.kind is Kind.DRM),
+        known_names=frozenset(r.device_id for r in resolutions.values()),
     )

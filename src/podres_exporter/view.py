@@ -72,6 +72,8 @@ class NodeView:
             busy_before=previous.joined.shared_pool_busy_ratio
             if previous is not None and previous.joined is not None
             else None,
+            before=previous.joined if previous is not None else None,
+            unchanged=unchanged,
             numa_aligned=previous.joined.numa_aligned
             if unchanged and previous is not None and previous.joined is not None
             else None,

@@ -42,6 +42,34 @@ def _unmatched(resolutions: Iterable[Resolution]) -> Metric:
     )
 
 
+class _Resolved:
+    """The resolution families of the last ``Joined.resolutions`` seen, by identity: a
+    join with the same kubelet state and devices hands on the same tuple (one series per
+    kubelet device id: the largest families of a big node), and the same families then
+    let the writer reuse their text."""
+
+    last: tuple[tuple[Resolution, ...], tuple[Metric, Metric]] | None = None
+
+    @classmethod
+    def families(cls, resolutions: tuple[Resolution, ...]) -> tuple[Metric, Metric]:
+        last = cls.last
+        if last is not None and last[0] is resolutions:
+            return last[1]
+        out = (
+            info(
+                "podres_device_resolution",
+                "One series per kubelet device id: the physical device it names and whether "
+                "telemetry was found for it.",
+                _RESOLUTION_LABELS,
+                resolutions,
+                _resolution,
+            ),
+            _unmatched(resolutions),
+        )
+        cls.last = (resolutions, out)
+        return out
+
+
 def _families(v: NodeView) -> Iterator[Metric]:
     joined = v.joined
     if joined is None:
@@ -65,15 +93,7 @@ def _families(v: NodeView) -> Iterator[Metric]:
         lambda d: [d.device, *holder_values(d.holder)],
         lambda d: max(0.0, now - d.idle_since),
     )
-    yield info(
-        "podres_device_resolution",
-        "One series per kubelet device id: the physical device it names and whether "
-        "telemetry was found for it.",
-        _RESOLUTION_LABELS,
-        joined.resolutions,
-        _resolution,
-    )
-    yield _unmatched(joined.resolutions)
+    yield from _Resolved.families(joined.resolutions)
 
 
 COLLECTOR: Final = PartCollector(
