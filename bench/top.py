@@ -8,7 +8,10 @@ exporter (``--exporter URL``). The simulator serves from a process of its own
 (bench/simproc.py); the exporter is a third process, polling every ``EXPORTER_POLL``.
 Each run's wall time covers the whole command: interpreter start, imports, the readings
 (two, for the busy shares: from an exporter the second is its next poll, so a run waits
-for up to one poll interval of the exporter) and the frame written to a pipe.
+for up to one poll interval of the exporter) and the frame written to a pipe. Runs
+follow each other at once, so each starts just after the poll its predecessor waited
+for and waits most of ``EXPORTER_POLL`` again: the exporter rows are top's own work plus
+nearly one poll interval.
 
 ``--profile DIR`` also writes one cProfile of each case (``python -m cProfile -o``).
 The median is printed beside its target; figures from a shared machine are noisy.

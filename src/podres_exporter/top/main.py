@@ -12,6 +12,7 @@ metrics, a kubelet error other than UNAVAILABLE).
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import os
@@ -22,10 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podres_exporter import logconf
 from podres_exporter.errors import ConfigError, FetchError
 from podres_exporter.options import duration
-from podres_exporter.settings import build as build_settings
 from podres_exporter.top.fetch import (
     BUSY_ONLY,
     ExporterSource,
@@ -35,7 +34,13 @@ from podres_exporter.top.fetch import (
 )
 from podres_exporter.top.jsonout import to_json
 from podres_exporter.top.render import render
-from podres_exporter.top.rows import Reading, build, cpu_times_advanced, needs_second_reading
+from podres_exporter.top.rows import (
+    TopData,
+    add_busy,
+    build,
+    cpu_times_advanced,
+    needs_second_reading,
+)
 from podres_exporter.top.selection import ALL_SORT_KEYS, SORT_KEYS, VIEWS, Options
 
 OUTPUTS = ("table", "wide", "json")
@@ -215,7 +220,9 @@ def open_source(
         return ExporterSource(cfg.exporter)
     if cfg.prometheus:
         return PrometheusSource(cfg.prometheus, node=cfg.node)
-    from podres_exporter import collectors
+    # Deferred, as the local source's own machinery is: another source never needs them.
+    from podres_exporter import collectors, logconf
+    from podres_exporter.settings import build as build_settings
 
     flags = {flag: getattr(ns, attr) for attr, flag in _LOCAL_FLAGS.items() if getattr(ns, attr)}
     settings = build_settings(flags, env, collector_names=tuple(collectors.BY_NAME))
@@ -232,35 +239,38 @@ def read_once(
     *,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[Reading, Reading | None]:
-    """A reading and, when busy shares need one, an earlier one to compare it with.
+) -> TopData:
+    """The rows of one frame, busy shares measured when the source allows.
 
     The local source measures busy shares itself over ``BUSY_SAMPLE_S`` (one reading).
-    An exporter's busy counters move only when it polls: the second reading is its next
-    view, waited for up to ``EXPORTER_WAIT_S`` (or ``interval_s`` if longer); an exporter
+    An exporter's busy counters move only when it polls: its rows are built from a
+    first scrape while top waits for its next view (up to ``EXPORTER_WAIT_S``, or
+    ``interval_s`` if longer), of which only the busy counters are read; an exporter
     that polls less often than that shows busy as unknown. Any other source is read
     again after ``BUSY_SAMPLE_S`` (at most ``interval_s``), until it has read CPU times
     again, for at most ``interval_s``.
     """
+    what = source.description
     if isinstance(source, LocalSource):
-        return source.read_with_busy(min(BUSY_SAMPLE_S, interval_s), sleep=sleep, clock=clock), None
-    if isinstance(source, ExporterSource):
-        # The baseline needs the busy counters only: the rest is read from the next view.
-        first = source.read(BUSY_ONLY)
-        if not needs_second_reading(first):
-            return source.read(), None
-        wait = max(EXPORTER_WAIT_S, interval_s)
-        return source.read_after_poll(first, wait, sleep=sleep, clock=clock), first
+        reading = source.read_with_busy(min(BUSY_SAMPLE_S, interval_s), sleep=sleep, clock=clock)
+        return build(reading, source=what)
     first = source.read()
+    if isinstance(source, ExporterSource):
+        data = build(first, source=what)
+        if not needs_second_reading(first):
+            return data
+        wait = max(EXPORTER_WAIT_S, interval_s)
+        second = source.read_after_poll(first, wait, wanted=BUSY_ONLY, sleep=sleep, clock=clock)
+        return add_busy(data, second, first)
     if not needs_second_reading(first):
-        return first, None
+        return build(first, source=what)
     deadline = clock() + max(interval_s, BUSY_SAMPLE_S)
     sleep(min(BUSY_SAMPLE_S, interval_s))
     second = source.read()
     while not cpu_times_advanced(first, second) and clock() < deadline:
         sleep(min(0.25, interval_s))
         second = source.read()
-    return second, first
+    return build(second, first, source=what)
 
 
 def _width(env: Mapping[str, str], output: str, stream: Any) -> int:
@@ -278,17 +288,22 @@ def _width(env: Mapping[str, str], output: str, stream: Any) -> int:
 def run_top(ns: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Run ``podres top``; returns the exit status (see the module docstring)."""
     out, err = sys.stdout, sys.stderr
+    collecting = gc.isenabled()
     try:
         cfg = config_from(ns, env)
         live = not cfg.once and cfg.output != "json" and sys.stdin.isatty() and out.isatty()
+        if not live:
+            # One frame, then exit: what it allocates is freed by reference counts, and the
+            # cyclic collector's passes over a large node's objects would cost a fifth of
+            # the run.
+            gc.disable()
         source = open_source(cfg, ns, env, live=live)
         try:
             if live:
                 from podres_exporter.top.live import run_live
 
                 return run_live(source, source.read(), cfg.options, interval_s=cfg.interval_s)
-            current, baseline = read_once(source, cfg.interval_s)
-            data = build(current, baseline, source=source.description)
+            data = read_once(source, cfg.interval_s)
             if cfg.output == "json":
                 out.write(json.dumps(to_json(data, cfg.options), indent=2) + "\n")
             else:
@@ -308,3 +323,6 @@ def run_top(ns: argparse.Namespace, env: Mapping[str, str]) -> int:
     except BrokenPipeError:  # `podres top --once | head`: the reader left, nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
         return 0
+    finally:
+        if collecting:
+            gc.enable()

@@ -1,8 +1,8 @@
 """Metric samples -> the rows of ``podres top``. Pure: no I/O, no clock, no terminal.
 
 Every source (the local kubelet rendered in-process, an exporter's ``/metrics``,
-Prometheus) ends up as the same :class:`Sample` list in a :class:`Reading`;
-:func:`build` turns one reading (and, for CPU busy shares, an earlier one) into
+Prometheus) ends up as samples (name, labels, value: :class:`AnySample`) in a
+:class:`Reading`; :func:`build` turns one reading (and, for CPU busy shares, an earlier one) into
 per-node headers, container rows and device rows. :mod:`.selection` filters and
 sorts them for a view; :mod:`.jsonout` is ``-o json``.
 
@@ -34,8 +34,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Protocol
 
 from podres_exporter.cpulist import format_cpulist
 from podres_exporter.model import Holder
@@ -75,6 +76,20 @@ METRICS = (
 )
 
 
+class AnySample(Protocol):
+    """What :func:`build` reads of a sample: a :class:`Sample`, or a collector's own
+    (``prometheus_client``'s), taken as it is by the local source."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def value(self) -> float: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One metric sample: full sample name (``..._total`` included), labels, value."""
@@ -92,7 +107,7 @@ class Reading:
     (the local node, or the exporter's ``host:port``).
     """
 
-    samples: tuple[Sample, ...]
+    samples: tuple[AnySample, ...]
     at: float
     origin: str
 
@@ -259,9 +274,22 @@ def node_of(labels: Mapping[str, str], origin: str) -> str:
     return labels.get("node") or labels.get("instance") or origin
 
 
+# Holders made so far, by (namespace, pod, container): a container's series share one, and
+# a plain tuple is made faster than a Holder. Emptied when it grows past _HOLDERS_KEPT.
+_HOLDERS: dict[tuple[str, str, str], Holder] = {}
+_HOLDERS_KEPT = 1 << 16
+
+
 def _holder(labels: Mapping[str, str]) -> Holder | None:
-    h = Holder(labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
-    return h if h.pod else None
+    key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+    if not key[1]:
+        return None
+    h = _HOLDERS.get(key)
+    if h is None:
+        if len(_HOLDERS) >= _HOLDERS_KEPT:
+            _HOLDERS.clear()
+        h = _HOLDERS[key] = Holder(*key)
+    return h
 
 
 def _numas(label: str) -> tuple[str, ...]:
@@ -274,6 +302,8 @@ def _numas(label: str) -> tuple[str, ...]:
 _NUMBERED = re.compile(r"^(\D*)(\d+)$")
 
 
+# Remembered: a frame sorts every device id by it several times (its rows, then a view).
+@lru_cache(maxsize=1 << 17)
 def natural_key(text: str) -> tuple[Any, ...]:
     """Sort ``kvm2`` before ``kvm10`` (a name then a number); anything else as text."""
     m = _NUMBERED.match(text)
@@ -289,9 +319,9 @@ class _Index:
     """The samples of one node by metric name."""
 
     def __init__(self) -> None:
-        self.by_name: dict[str, list[Sample]] = defaultdict(list)
+        self.by_name: dict[str, list[AnySample]] = defaultdict(list)
 
-    def get(self, name: str) -> list[Sample]:
+    def get(self, name: str) -> list[AnySample]:
         return self.by_name.get(name, [])
 
     def scalar(self, name: str) -> float | None:
@@ -300,10 +330,20 @@ class _Index:
 
 
 def _group(reading: Reading) -> dict[str, _Index]:
+    """The samples of each node (:func:`node_of`), by name; in one pass, the hot loop of
+    a large node's reading."""
     nodes: dict[str, _Index] = {}
+    origin = reading.origin
+    last_key, last = "", None
     for s in reading.samples:
-        key = node_of(s.labels, reading.origin)
-        nodes.setdefault(key, _Index()).by_name[s.name].append(s)
+        labels = s.labels
+        key = labels.get("node") or labels.get("instance") or origin
+        if key != last_key or last is None:
+            last = nodes.get(key)
+            if last is None:
+                last = nodes[key] = _Index()
+            last_key = key
+        last.by_name[s.name].append(s)
     return nodes
 
 
@@ -465,11 +505,11 @@ class _Acc:
     shared_pool: int | None = None  # a pod's own row: CPUs in its private shared pool
 
 
-def _by_uuid(samples: Iterable[Sample]) -> dict[str, float]:
+def _by_uuid(samples: Iterable[AnySample]) -> dict[str, float]:
     return {s.labels.get("uuid", ""): s.value for s in samples}
 
 
-def _held(samples: Iterable[Sample]) -> Iterator[tuple[Holder, Sample]]:
+def _held(samples: Iterable[AnySample]) -> Iterator[tuple[Holder, AnySample]]:
     """The samples that name a container, each with it."""
     for s in samples:
         h = _holder(s.labels)
@@ -553,6 +593,16 @@ def _gpu_columns(
     )
 
 
+def _mean_busy(
+    h: Holder, cpus: Iterable[int], busy: Mapping[tuple[str, str, str, str], float]
+) -> float | None:
+    """The mean busy share of container ``h``'s exclusive CPUs, None when none is known."""
+    cpu_busy = [
+        busy[(str(c), *h)] for c in sorted(cpus) if (str(c), *h) in busy
+    ]  # every exclusive CPU of the container read twice, or none
+    return sum(cpu_busy) / len(cpu_busy) if cpu_busy else None
+
+
 def _container_row(
     node: str,
     h: Holder,
@@ -564,9 +614,6 @@ def _container_row(
 ) -> ContainerRow:
     """The row of container ``h`` from what was gathered about it."""
     gpu_util, gpu_used, gpu_total, shared = _gpu_columns(a, shares, totals)
-    cpu_busy = [
-        busy[(str(c), *h)] for c in sorted(a.cpus) if (str(c), *h) in busy
-    ]  # every exclusive CPU of the container read twice, or none
     numa = set(a.cpus.values()) | a.memory_numa
     for n in a.devices.values():
         numa.update(_numas(n))
@@ -577,7 +624,7 @@ def _container_row(
         pod=h.pod,
         container=h.container,
         cpus=tuple(sorted(a.cpus)),
-        busy=sum(cpu_busy) / len(cpu_busy) if cpu_busy else None,
+        busy=_mean_busy(h, a.cpus, busy),
         numa_nodes=tuple(sorted(numa, key=natural_key)),
         aligned=a.aligned,
         devices=tuple(
@@ -611,16 +658,18 @@ def _containers(
 def _devices(node: str, idx: _Index) -> tuple[DeviceRow, ...]:
     state: dict[tuple[str, str], tuple[str, str]] = {}
     for s in idx.get("podres_node_device_info"):
-        key = (s.labels.get("resource", ""), s.labels.get("device_id", ""))
-        state[key] = (s.labels.get("numa_node", "none"), s.labels.get("state", ""))
+        labels = s.labels
+        key = (labels.get("resource", ""), labels.get("device_id", ""))
+        state[key] = (labels.get("numa_node", "none"), labels.get("state", ""))
     holders: dict[tuple[str, str], set[Holder]] = defaultdict(set)
     for s in idx.get("podres_container_device_info"):
-        key = (s.labels.get("resource", ""), s.labels.get("device_id", ""))
-        h = _holder(s.labels)
+        labels = s.labels
+        key = (labels.get("resource", ""), labels.get("device_id", ""))
+        h = _holder(labels)
         if h is not None:
             holders[key].add(h)
         if key not in state:  # without GetAllocatableResources only held devices are known
-            state[key] = (s.labels.get("numa_node", "none"), "allocated")
+            state[key] = (labels.get("numa_node", "none"), "allocated")
     physical = {
         (s.labels.get("resource", ""), s.labels.get("device_id", "")): s.labels.get(
             "physical_id", ""
@@ -637,26 +686,27 @@ def _devices(node: str, idx: _Index) -> tuple[DeviceRow, ...]:
             if s.labels.get(label):
                 drm_busy[s.labels[label]] = s.value
     rows = []
-    for (resource, device_id), (numa, st) in state.items():
-        phys = physical.get((resource, device_id)) or device_id
-        util = gpu_util.get(phys, drm_busy.get(phys))
-        healthy = st != "allocated_unhealthy" and gpu_healthy.get(phys, 1.0) >= 1
+    for key, (numa, st) in sorted(state.items(), key=lambda kv: (kv[0][0], natural_key(kv[0][1]))):
+        resource, device_id = key
+        physical_id = physical.get(key)
+        phys = physical_id or device_id
+        held = holders.get(key)
         rows.append(
             DeviceRow(
-                node=node,
-                resource=resource,
-                device_id=device_id,
-                numa_node=numa,
-                state=st,
-                healthy=healthy,
-                holders=tuple(sorted(holders.get((resource, device_id), ()))),
-                physical_id=physical.get((resource, device_id)),
-                util=util,
-                mem_used=gpu_used.get(phys),
-                mem_total=gpu_total.get(phys),
+                node,
+                resource,
+                device_id,
+                numa,
+                st,
+                st != "allocated_unhealthy" and gpu_healthy.get(phys, 1.0) >= 1,
+                (tuple(sorted(held)) if len(held) > 1 else tuple(held)) if held else (),
+                physical_id,
+                gpu_util.get(phys, drm_busy.get(phys)),
+                gpu_used.get(phys),
+                gpu_total.get(phys),
             )
         )
-    return tuple(sorted(rows, key=lambda r: (r.resource, natural_key(r.device_id))))
+    return tuple(rows)
 
 
 def build(
@@ -678,3 +728,22 @@ def build(
             NodeData(_header(node, idx), _containers(node, idx, busy), _devices(node, idx))
         )
     return TopData(tuple(nodes), source=source, notice=notice)
+
+
+def add_busy(data: TopData, current: Reading, baseline: Reading) -> TopData:
+    """``data`` with each container's busy share measured between ``baseline`` and
+    ``current``, as :func:`build` measures it; both may carry the busy counters only.
+
+    ``--once --exporter`` builds its rows from the first scrape while it waits for the
+    exporter's next poll, and reads only the busy counters of that poll.
+    """
+    now = _group(current)
+    before = _group(baseline)
+    elapsed = current.at - baseline.at
+    nodes = []
+    for n in data.nodes:
+        idx = now.get(n.header.node)
+        busy = _busy_ratios(idx, before.get(n.header.node), elapsed) if idx is not None else {}
+        rows = tuple(replace(r, busy=_mean_busy(r.holder, r.cpus, busy)) for r in n.containers)
+        nodes.append(replace(n, containers=rows))
+    return replace(data, nodes=tuple(nodes))
