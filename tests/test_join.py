@@ -196,8 +196,11 @@ def test_cpu_busy_and_shared_pool_ratio() -> None:
     )
     j = run(r, now, previous=before)
     assert [(c.cpu, c.holder.pod, c.busy_seconds) for c in j.cpu_busy] == [(0, "a", 9.0)]
+    assert [c.ratio for c in j.cpu_busy] == [0.4]  # (9 - 5) / (20 - 10)
     assert dict(j.shared_pool_busy_ratio) == {"0": 0.1, "1": 0.4}
-    assert not run(r, now).shared_pool_busy_ratio, "one reading gives no ratio"
+    alone = run(r, now)
+    assert not alone.shared_pool_busy_ratio, "one reading gives no ratio"
+    assert [c.ratio for c in alone.cpu_busy] == [None]
 
 
 def test_idle_held_gpu_keeps_its_start() -> None:
@@ -224,8 +227,9 @@ def test_cpu_times_not_read_again_keep_the_last_busy_ratios() -> None:
     )
     first = run(r, now, previous=before)
     same = Telemetry(cpu_times=now.cpu_times)
-    again = run(r, same, previous=now, busy_before=first.shared_pool_busy_ratio)
+    again = run(r, same, previous=now, busy_before=first.shared_pool_busy_ratio, before=first)
     assert dict(again.shared_pool_busy_ratio) == {"0": 0.1, "1": 0.4}
+    assert [c.ratio for c in again.cpu_busy] == [0.4]
     assert [(c.cpu, c.busy_seconds) for c in again.cpu_busy] == [(0, 9.0)]
 
 

@@ -115,12 +115,14 @@ class Resolution:
 
 @dataclass(frozen=True, slots=True)
 class CpuBusy:
-    """Busy seconds of one exclusive CPU and its holder."""
+    """Busy seconds of one exclusive CPU and its holder, and its busy share (0-1) between
+    the last two readings of CPU times (None before there are two)."""
 
     cpu: int
     numa: str
     holder: Holder
     busy_seconds: float
+    ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,25 +306,40 @@ def _numa_sets(reading: KubeletReading, topology: NodeTopology) -> list[tuple[Ho
     return sorted(out)
 
 
+def _share(busy: float, total: float) -> float | None:
+    return min(1.0, max(0.0, busy / total)) if total > 0 else None
+
+
 def _cpu(
     acc: Accounting,
     t: Telemetry,
     previous: Telemetry | None,
     last_ratios: Mapping[str, float] | None,
+    last_rows: Iterable[CpuBusy] = (),
 ) -> tuple[list[CpuBusy], dict[str, float]]:
     if t.cpu_times is None:
         return [], {}
-    busy = t.cpu_times.busy
-    rows = [
-        CpuBusy(a.cpu, a.numa, a.holder, busy[a.cpu])
-        for a in acc.cpu_assignments
-        if a.holder is not None and a.cpu in busy
-    ]
-    ratios: dict[str, float] = {}
+    busy, total = t.cpu_times.busy, t.cpu_times.total
     before = previous.cpu_times if previous is not None else None
+    held = [(a, a.holder) for a in acc.cpu_assignments if a.holder is not None and a.cpu in busy]
     if before is t.cpu_times:
         # Not read again since (--source-interval.cpu): the last ratios still hold.
+        last = {r.cpu: r.ratio for r in last_rows}
+        rows = [CpuBusy(a.cpu, a.numa, h, busy[a.cpu], last.get(a.cpu)) for a, h in held]
         return rows, dict(last_ratios or {})
+    rows = [
+        CpuBusy(
+            a.cpu,
+            a.numa,
+            h,
+            busy[a.cpu],
+            _share(busy[a.cpu] - before.busy[a.cpu], total[a.cpu] - before.total[a.cpu])
+            if before is not None and a.cpu in before.busy
+            else None,
+        )
+        for a, h in held
+    ]
+    ratios: dict[str, float] = {}
     if before is not None:
         d_busy: dict[str, float] = defaultdict(float)
         d_total: dict[str, float] = defaultdict(float)
@@ -332,7 +349,7 @@ def _cpu(
             cpu = a.cpu
             if cpu in busy and cpu in before.busy:
                 d_busy[a.numa] += busy[cpu] - before.busy[cpu]
-                d_total[a.numa] += t.cpu_times.total[cpu] - before.total[cpu]
+                d_total[a.numa] += total[cpu] - before.total[cpu]
         ratios = {n: min(1.0, max(0.0, d_busy[n] / d_total[n])) for n in d_total if d_total[n] > 0}
     return rows, ratios
 
@@ -409,7 +426,9 @@ def join(
         for d in dev.drm
         if d.pci_address in known_pci or d.card in known_cards
     ]
-    cpu_rows, ratios = _cpu(acc, telemetry, previous, busy_before)
+    cpu_rows, ratios = _cpu(
+        acc, telemetry, previous, busy_before, before.cpu_busy if before is not None else ()
+    )
     return Joined(
         gpus=tuple(gpu_rows),
         gpu_usage=tuple(_gpu_usage(gpu_rows, telemetry)),

@@ -1,6 +1,7 @@
 """CPU use of the exclusive CPUs and the shared pool.
 
-``podres_cpu_busy_seconds_total`` and ``podres_shared_pool_busy_ratio``.
+``podres_cpu_busy_seconds_total``, ``podres_cpu_busy_ratio`` and
+``podres_shared_pool_busy_ratio``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ def _families(j: Joined) -> Iterator[Metric]:
         lambda c: [str(c.cpu), c.numa, *holder_values(c.holder)],
         lambda c: c.busy_seconds,
         counter=True,
+    )
+    yield family(
+        "podres_cpu_busy_ratio",
+        "Busy share (0-1) of each exclusively held CPU between the last two reads of the "
+        "CPU times, with its holder.",
+        ["cpu", "numa_node", *HOLDER_LABELS],
+        j.cpu_busy,
+        lambda c: [str(c.cpu), c.numa, *holder_values(c.holder)],
+        lambda c: c.ratio,
     )
     yield labelled(
         "podres_shared_pool_busy_ratio",
