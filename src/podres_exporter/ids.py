@@ -24,6 +24,7 @@ alone, so a PCI address of an SR-IOV pool or an AMD GPU resolves either way.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,6 +91,12 @@ def _uuid(prefix: str, hexpart: str) -> str:
 
 def is_gpu_resource(resource: str, patterns: Iterable[str] = DEFAULT_GPU_RESOURCES) -> bool:
     """Whether ``resource`` is a GPU resource by the configured glob patterns."""
+    return _is_gpu(resource, tuple(patterns))
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_gpu(resource: str, patterns: tuple[str, ...]) -> bool:
+    # A node has a handful of resource names, asked about once per device id.
     return any(fnmatchcase(resource, p) for p in patterns)
 
 

@@ -32,7 +32,6 @@ from typing import Any
 
 from podres_exporter.errors import ConfigError
 from podres_exporter.kube import parse_bytes
-from podres_exporter.logconf import FORMATS, LEVELS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -232,6 +231,8 @@ def parse_listen_address(text: str) -> tuple[str, int]:
 
 def parse_log_level(text: str) -> str:
     """One of debug, info, warning, error."""
+    from podres_exporter.logconf import LEVELS  # structlog only for a command that logs
+
     level = _text(text, "a log level").strip().lower()
     if level not in LEVELS:
         raise ValueError(f"{shown(text)} is not one of {', '.join(LEVELS)}")
@@ -240,6 +241,8 @@ def parse_log_level(text: str) -> str:
 
 def parse_log_format(text: str) -> str:
     """auto (JSON unless on a terminal), json or console."""
+    from podres_exporter.logconf import FORMATS  # structlog only for a command that logs
+
     fmt = _text(text, "a log format").strip().lower()
     if fmt not in FORMATS:
         raise ValueError(f"{shown(text)} is not one of {', '.join(FORMATS)}")
