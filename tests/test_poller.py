@@ -231,7 +231,8 @@ def test_a_poll_that_raises_is_logged_once_per_kind() -> None:
 
     class Flaky(NodeReader):
         def __init__(self) -> None:
-            super().__init__(Script([reading(1)] * 3), lambda: TOPO)
+            # Answers for every poll until stop(): the loop goes on at 10 ms meanwhile.
+            super().__init__(Script([reading(1)] * 10_000), lambda: TOPO)
             self.raises = 3
 
         def observe(self) -> Observation:
