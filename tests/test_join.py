@@ -256,3 +256,26 @@ def test_an_unchanged_state_reuses_the_matching_and_a_new_device_redoes_it() -> 
     )
     changed = run(r, both, before=first, unchanged=False)
     assert changed.resolutions is not first.resolutions and changed.resolutions == first.resolutions
+
+
+def test_sysfs_rows_are_handed_on_while_sysfs_was_not_read_again() -> None:
+    """With --source-interval.sysfs longer than the poll, a poll whose telemetry carries the
+    very same sysfs reading (and an unchanged kubelet state) hands on the last join's PCI
+    and network rows; a new sysfs reading makes new rows."""
+    r = reading(pod("nf", ContainerAlloc("dp", devices=(dev("intel.com/sriov", VF, 1),))))
+    devices = SysfsDevices(
+        pci=(PciReading(VF, numa_node=1, net_interfaces=("ens2f0v1",)),),
+        net=(NetReading("ens2f0v1", pci_address=VF, rx_bytes=10),),
+    )
+    t1 = Telemetry(devices=devices)
+    first = run(r, t1)
+    t2 = Telemetry(devices=devices, cpu_times=CpuTimes({0: 1.0}, {0: 2.0}))  # CPU times read
+    again = run(r, t2, previous=t1, before=first, unchanged=True)
+    assert again.net is first.net and again.pci is first.pci
+    moved = SysfsDevices(
+        pci=devices.pci, net=(NetReading("ens2f0v1", pci_address=VF, rx_bytes=99),)
+    )
+    t3 = Telemetry(devices=moved)
+    fresh = run(r, t3, previous=t2, before=again, unchanged=True)
+    assert fresh.net is not again.net
+    assert [(n.net.rx_bytes, n.held.single) for n in fresh.net] == [(99, Holder("ns", "nf", "dp"))]

@@ -401,49 +401,66 @@ def join(
         m = last
     else:
         m = _match(acc, reading, cat, tuple(gpu_resources), last)
-    holders = m.holders
-    known_pci, known_cards = m.known_pci, m.known_cards
     gpus = telemetry.gpus.gpus if telemetry.gpus else ()
-    gpu_rows = [GpuRow(g, _held(holders.get(("gpu", g.uuid), ()))) for g in gpus]
-    dev = telemetry.devices or SysfsDevices()
-    pci_rows = [
-        PciRow(p, _held(holders.get(("pci", p.address), ())))
-        for p in dev.pci
-        if p.address in known_pci
-    ]
-    net_rows = [
-        NetRow(n, _held(holders.get(("net", n.interface), ())))
-        for n in dev.net
-        if n.pci_address in known_pci or n.interface in m.known_names
-    ]
-    ib_rows = [
-        IbRow(p, _held(holders.get(("ib", p.device), ())))
-        for p in dev.infiniband
-        if p.pci_address in known_pci
-    ]
-    drm_rows = [
-        DrmRow(d, _held(holders.get(("drm", d.card), ())))
-        for d in dev.drm
-        if d.pci_address in known_pci or d.card in known_cards
-    ]
+    gpu_rows = [GpuRow(g, _held(m.holders.get(("gpu", g.uuid), ()))) for g in gpus]
+    if (
+        before is not None
+        and m is last
+        and previous is not None
+        and previous.devices is telemetry.devices
+    ):
+        # The same matching and the same sysfs reading (not read again since:
+        # --source-interval.sysfs): the same rows, so their families are reused too.
+        pci_t, net_t, ib_t, drm_t = before.pci, before.net, before.infiniband, before.drm
+    else:
+        pci_t, net_t, ib_t, drm_t = _sysfs_rows(telemetry.devices or SysfsDevices(), m)
     cpu_rows, ratios = _cpu(
         acc, telemetry, previous, busy_before, before.cpu_busy if before is not None else ()
     )
     return Joined(
         gpus=tuple(gpu_rows),
         gpu_usage=tuple(_gpu_usage(gpu_rows, telemetry)),
-        pci=tuple(pci_rows),
-        net=tuple(net_rows),
-        infiniband=tuple(ib_rows),
-        drm=tuple(drm_rows),
+        pci=pci_t,
+        net=net_t,
+        infiniband=ib_t,
+        drm=drm_t,
         resolutions=m.resolutions,
         cpu_busy=tuple(cpu_rows),
         shared_pool_busy_ratio=MappingProxyType(ratios),
         numa_aligned=numa_aligned
         if numa_aligned is not None
         else tuple(_numa_sets(reading, topology)),
-        idle=tuple(_idle(gpu_rows, drm_rows, now, idle_before or {})),
+        idle=tuple(_idle(gpu_rows, drm_t, now, idle_before or {})),
         matched=m,
+    )
+
+
+def _sysfs_rows(
+    dev: SysfsDevices, m: Matched
+) -> tuple[tuple[PciRow, ...], tuple[NetRow, ...], tuple[IbRow, ...], tuple[DrmRow, ...]]:
+    """The sysfs devices the kubelet knows (allocatable or held), with their holders."""
+    holders, known_pci = m.holders, m.known_pci
+    return (
+        tuple(
+            PciRow(p, _held(holders.get(("pci", p.address), ())))
+            for p in dev.pci
+            if p.address in known_pci
+        ),
+        tuple(
+            NetRow(n, _held(holders.get(("net", n.interface), ())))
+            for n in dev.net
+            if n.pci_address in known_pci or n.interface in m.known_names
+        ),
+        tuple(
+            IbRow(p, _held(holders.get(("ib", p.device), ())))
+            for p in dev.infiniband
+            if p.pci_address in known_pci
+        ),
+        tuple(
+            DrmRow(d, _held(holders.get(("drm", d.card), ())))
+            for d in dev.drm
+            if d.pci_address in known_pci or d.card in m.known_cards
+        ),
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
@@ -82,3 +82,14 @@ def accounting(ctx: RenderContext) -> Accounting | None:
 def joined(ctx: RenderContext) -> Joined | None:
     """The view's telemetry matched to holders; None before the first telemetry read."""
     return ctx.view.joined
+
+
+def joined_rows(name: str) -> Callable[[RenderContext], Any]:
+    """One kind of rows of the join (``"net"``, ``"pci"`` ...): a collector of them alone
+    reuses its families while the join hands on the same rows (devices not read again)."""
+
+    def part(ctx: RenderContext) -> Any:
+        j = ctx.view.joined
+        return None if j is None else getattr(j, name)
+
+    return part

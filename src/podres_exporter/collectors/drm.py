@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from podres_exporter.collectors.base import PartCollector, joined
+from podres_exporter.collectors.base import PartCollector, joined_rows
 from podres_exporter.collectors.families import HOLDER_LABELS, Table, holder_values, per_row
 from podres_exporter.join import DrmRow
 
@@ -59,7 +59,7 @@ _CARDS: Final[Table[DrmRow]] = Table(
 COLLECTOR: Final = PartCollector(
     "drm",
     "AMD (amdgpu) and Intel GPU telemetry from DRM cards",
-    joined,
-    lambda j: _CARDS.render(j.drm),
+    joined_rows("drm"),
+    _CARDS.render,
     needs=frozenset({"sysfs"}),
 )

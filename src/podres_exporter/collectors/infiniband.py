@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
-from podres_exporter.collectors.base import PartCollector, joined
+from podres_exporter.collectors.base import PartCollector, joined_rows
 from podres_exporter.collectors.families import (
     HOLDER_LABELS,
     Breakdown,
@@ -84,7 +84,7 @@ _PORTS: Final[Table[IbRow]] = Table(
 COLLECTOR: Final = PartCollector(
     "infiniband",
     "InfiniBand / RDMA port state and counters of the kubelet's HCAs",
-    joined,
-    lambda j: _PORTS.render(j.infiniband),
+    joined_rows("infiniband"),
+    _PORTS.render,
     needs=frozenset({"sysfs"}),
 )

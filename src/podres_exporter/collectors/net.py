@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from podres_exporter.collectors.base import PartCollector, joined
+from podres_exporter.collectors.base import PartCollector, joined_rows
 from podres_exporter.collectors.families import HOLDER_LABELS, Table, holder_values, per_row
 from podres_exporter.join import NetRow
 
@@ -84,7 +84,7 @@ _NET: Final[Table[NetRow]] = Table(
 COLLECTOR: Final = PartCollector(
     "net",
     "traffic counters and link state of the kubelet's network functions (SR-IOV)",
-    joined,
-    lambda j: _NET.render(j.net),
+    joined_rows("net"),
+    _NET.render,
     needs=frozenset({"sysfs"}),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from podres_exporter.collectors.base import PartCollector, joined
+from podres_exporter.collectors.base import PartCollector, joined_rows
 from podres_exporter.collectors.families import (
     HOLDER_LABELS,
     Breakdown,
@@ -98,7 +98,7 @@ _PCI: Final[Table[PciRow]] = Table(
 COLLECTOR: Final = PartCollector(
     "pci",
     "PCI link, AER errors, temperature and power of the kubelet's PCI devices",
-    joined,
-    lambda j: _PCI.render(j.pci),
+    joined_rows("pci"),
+    _PCI.render,
     needs=frozenset({"sysfs"}),
 )
