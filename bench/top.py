@@ -24,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,6 +77,7 @@ def measure(pods: int, runs: int, profile: Path | None) -> list[tuple[str, int, 
         ref = f"fleet:{pods}"
         sim = footprint.spawn("simulator", [SIMPROC, ref, str(sock)], tmp)
         children = [sim]
+        ticking = threading.Event()
         try:
             footprint.wait_for("the simulated kubelet's socket", sock.exists, [sim])
             host = SimHost(SimKubelet(simproc.scenario(ref), tmp / "unused.sock"), tmp / "host")
@@ -112,6 +114,14 @@ def measure(pods: int, runs: int, profile: Path | None) -> list[tuple[str, int, 
             exporter.url = f"http://127.0.0.1:{port}"
             children.append(exporter)
             footprint.wait_ready(exporter, [sim])
+
+            # The host's counters move, as a node's do: /proc/stat every second, so that
+            # the exporter's busy shares exist (from this process, not the exporter's).
+            def tick(host: SimHost = host) -> None:
+                while not ticking.wait(1.0):
+                    host.refresh(seconds=1.0)
+
+            threading.Thread(target=tick, name="host-clock", daemon=True).start()
             for label, source in (("local", local), ("exporter", ["--exporter", exporter.url])):
                 run_top(top_args(source), tmp)  # warm: the page cache, the .pyc files
                 times: list[float] = []
@@ -126,6 +136,7 @@ def measure(pods: int, runs: int, profile: Path | None) -> list[tuple[str, int, 
                     dest = profile / f"top-{label}-{pods}.prof"
                     run_top(["-m", "cProfile", "-o", str(dest), *top_args(source)], tmp)
         finally:
+            ticking.set()
             for d in reversed(children):
                 footprint.stop(d)
     return out
