@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from podres_exporter import logconf
-from podres_exporter.backoff import Backoff
+from podres_exporter.backoff import NO_JITTER, Backoff
 from podres_exporter.errors import (
     KubeletError,
     KubeletRateLimited,
@@ -276,6 +276,31 @@ def test_the_cadence_counts_from_when_a_poll_was_due_not_from_its_end() -> None:
     assert sum(steady) / len(steady) < 0.6, steady  # 0.75 when waits follow the work
     assert 1.2 <= gaps[6] < 1.45, gaps  # after the long poll: at once, not 0.5 s later
     assert all(g >= 0.45 for g in gaps[7:]), gaps  # then the cadence again, no burst
+
+
+def test_a_backoff_is_waited_in_full_after_a_slow_failure() -> None:
+    """A kubelet call that fails after 0.3 s (a deadline, say) is retried the whole backoff
+    (0.5 s) after the failure, not at once because the poll took longer than the wait."""
+    starts: list[float] = []
+
+    class Failing(NodeReader):
+        def __init__(self) -> None:
+            down = KubeletUnavailable("down", method="List", code="UNAVAILABLE")
+            super().__init__(Script([down] * 20), lambda: TOPO)
+
+        def observe(self) -> Observation:
+            starts.append(time.monotonic())
+            time.sleep(0.3)
+            return super().observe()
+
+    p = Poller(Failing(), Store(), interval_s=0.1, backoff=Backoff(0.5, 0.5, NO_JITTER))
+    p.start()
+    try:
+        wait_until(lambda: len(starts) >= 4, timeout=20)
+    finally:
+        p.stop()
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(g >= 0.75 for g in gaps[:3]), gaps  # 0.3 s of failing + 0.5 s of backoff
 
 
 # ----------------------------------------------------------------------------- health

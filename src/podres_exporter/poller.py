@@ -232,7 +232,8 @@ class Poller:
         wait after this one was due, not after it finished, so neither a poll's own
         time nor scrapes competing for the interpreter stretch the interval. A loop
         that fell behind (a poll longer than the interval) starts the next poll at
-        once, without a burst to catch up."""
+        once, without a burst to catch up. After a failure the backoff is waited in
+        full from the failure's end."""
         due = time.monotonic()
         while not self._stop.is_set():
             try:
@@ -250,7 +251,9 @@ class Poller:
                     self._poll_error_kind = None
             self._progress_at = self._clock()
             now = time.monotonic()
-            due = max(due + wait, now)
+            # A backoff counts from the failure (a call that timed out is not retried at
+            # once); a regular poll is due one interval after the last was due.
+            due = now + wait if self._failures else max(due + wait, now)
             self._stop.wait(due - now)
 
     @property
