@@ -115,11 +115,11 @@ def measure(pods: int, runs: int, profile: Path | None) -> list[tuple[str, int, 
             children.append(exporter)
             footprint.wait_ready(exporter, [sim])
 
-            # The host's counters move, as a node's do: /proc/stat every second, so that
-            # the exporter's busy shares exist (from this process, not the exporter's).
+            # The CPU times move, as a node's do: /proc/stat every second, so that busy
+            # shares exist (written from this process, not the exporter's or top's).
             def tick(host: SimHost = host) -> None:
                 while not ticking.wait(1.0):
-                    host.refresh(seconds=1.0)
+                    host.advance_cpu_times(1.0)
 
             threading.Thread(target=tick, name="host-clock", daemon=True).start()
             for label, source in (("local", local), ("exporter", ["--exporter", exporter.url])):
