@@ -227,7 +227,7 @@ def test_cpu_times_not_read_again_keep_the_last_busy_ratios() -> None:
     )
     first = run(r, now, previous=before)
     same = Telemetry(cpu_times=now.cpu_times)
-    again = run(r, same, previous=now, busy_before=first.shared_pool_busy_ratio, before=first)
+    again = run(r, same, previous=now, before=first)
     assert dict(again.shared_pool_busy_ratio) == {"0": 0.1, "1": 0.4}
     assert [c.ratio for c in again.cpu_busy] == [0.4]
     assert [(c.cpu, c.busy_seconds) for c in again.cpu_busy] == [(0, 9.0)]

@@ -272,6 +272,15 @@ class _Rendered:
     plain: dict[bool, bytes] = field(default_factory=dict)
     gzip: dict[bool, tuple[bytes, zlib._Compress]] = field(default_factory=dict)
 
+    def part(self, openmetrics: bool, gz: bool) -> tuple[bytes, zlib._Compress | None] | None:
+        """The cached part in this format, and with ``gz`` that part compressed and a copy
+        of its compressor; None when it is not rendered (or compressed) yet."""
+        if not gz:
+            plain = self.plain.get(openmetrics)
+            return None if plain is None else (plain, None)
+        stream = self.gzip.get(openmetrics)
+        return None if stream is None else (stream[0], stream[1].copy())
+
 
 def _generation(view: NodeView | None) -> int:
     return view.snapshot.generation if view else 0
@@ -374,13 +383,11 @@ class Exposition:
                 plain = rendered.plain[openmetrics] = self._render(
                     self._view_families(view), openmetrics
                 )
-            if not gz:
-                return plain, None
-            stream = rendered.gzip.get(openmetrics)
-            if stream is None:
-                stream = rendered.gzip[openmetrics] = self._compress(plain)
-            head, compressor = stream
-            return head, compressor.copy()
+            if gz and openmetrics not in rendered.gzip:
+                rendered.gzip[openmetrics] = self._compress(plain)
+            part = rendered.part(openmetrics, gz)
+            assert part is not None  # rendered and compressed just above
+            return part
 
     def _live_part(self, view: NodeView | None, openmetrics: bool) -> bytes:
         """The snapshot's age, now; the process metrics, at most :data:`PROCESS_EVERY_S`
@@ -415,19 +422,13 @@ class Exposition:
             return None
         try:
             rendered = self._views.get(_generation(view))
-            plain = rendered.plain.get(openmetrics) if rendered is not None else None
-            if rendered is None or plain is None:
-                return None
-            head, compressor = plain, None
-            if gz:
-                stream = rendered.gzip.get(openmetrics)
-                if stream is None:
-                    return None
-                head, compressor = stream[0], stream[1].copy()
+            part = rendered.part(openmetrics, gz) if rendered is not None else None
         finally:
             self._lock.release()
+        if part is None:
+            return None
         self._asked_at[openmetrics] = self._clock()
-        return self._finish(view, openmetrics, head, compressor)
+        return self._finish(view, openmetrics, *part)
 
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
         """The full exposition; when ``gz``, one gzip member (decoders that read only

@@ -314,8 +314,7 @@ def _cpu(
     acc: Accounting,
     t: Telemetry,
     previous: Telemetry | None,
-    last_ratios: Mapping[str, float] | None,
-    last_rows: Iterable[CpuBusy] = (),
+    last_join: Joined | None,
 ) -> tuple[list[CpuBusy], dict[str, float]]:
     if t.cpu_times is None:
         return [], {}
@@ -324,9 +323,9 @@ def _cpu(
     held = [(a, a.holder) for a in acc.cpu_assignments if a.holder is not None and a.cpu in busy]
     if before is t.cpu_times:
         # Not read again since (--source-interval.cpu): the last ratios still hold.
-        last = {r.cpu: r.ratio for r in last_rows}
+        last = {r.cpu: r.ratio for r in last_join.cpu_busy} if last_join is not None else {}
         rows = [CpuBusy(a.cpu, a.numa, h, busy[a.cpu], last.get(a.cpu)) for a, h in held]
-        return rows, dict(last_ratios or {})
+        return rows, dict(last_join.shared_pool_busy_ratio) if last_join is not None else {}
     rows = [
         CpuBusy(
             a.cpu,
@@ -382,19 +381,16 @@ def join(
     previous: Telemetry | None = None,
     idle_before: Mapping[tuple[str, Holder], float] | None = None,
     gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES,
-    numa_aligned: tuple[tuple[Holder, bool], ...] | None = None,
-    busy_before: Mapping[str, float] | None = None,
     before: Joined | None = None,
     unchanged: bool = False,
 ) -> Joined:
     """Match ``telemetry`` to the holders in ``acc``; see the module docstring.
 
-    ``numa_aligned``: the alignment already derived from this reading and topology (it
-    reads nothing else), reused rather than derived again. ``busy_before``: the shared
-    pools' busy ratios of ``previous``, served again when the CPU times were not read
-    since. ``before``: the last join, whose resolved device ids are not resolved again;
-    with ``unchanged`` (the same kubelet state) and the same catalog keys, its matching
-    and its resolutions are reused whole (the same objects: their families too)."""
+    ``before``: the last join. Its resolved device ids are not resolved again, and the
+    shared pools' busy ratios are served again when the CPU times were not read since.
+    With ``unchanged`` (the same kubelet state on the same topology) its NUMA alignment
+    is reused, and with the same catalog keys its matching and resolutions too (the same
+    objects: their families too)."""
     cat = _Catalog(telemetry)
     last = before.matched if before is not None else None
     if unchanged and last is not None and last.catalog == cat.key:
@@ -414,9 +410,7 @@ def join(
         pci_t, net_t, ib_t, drm_t = before.pci, before.net, before.infiniband, before.drm
     else:
         pci_t, net_t, ib_t, drm_t = _sysfs_rows(telemetry.devices or SysfsDevices(), m)
-    cpu_rows, ratios = _cpu(
-        acc, telemetry, previous, busy_before, before.cpu_busy if before is not None else ()
-    )
+    cpu_rows, ratios = _cpu(acc, telemetry, previous, before)
     return Joined(
         gpus=tuple(gpu_rows),
         gpu_usage=tuple(_gpu_usage(gpu_rows, telemetry)),
@@ -427,8 +421,8 @@ def join(
         resolutions=m.resolutions,
         cpu_busy=tuple(cpu_rows),
         shared_pool_busy_ratio=MappingProxyType(ratios),
-        numa_aligned=numa_aligned
-        if numa_aligned is not None
+        numa_aligned=before.numa_aligned
+        if unchanged and before is not None
         else tuple(_numa_sets(reading, topology)),
         idle=tuple(_idle(gpu_rows, drm_t, now, idle_before or {})),
         matched=m,

@@ -69,14 +69,8 @@ class NodeView:
             previous=previous.snapshot.telemetry if previous is not None else None,
             idle_before=previous.joined.idle_since() if previous and previous.joined else None,
             gpu_resources=gpu_resources,
-            busy_before=previous.joined.shared_pool_busy_ratio
-            if previous is not None and previous.joined is not None
-            else None,
             before=previous.joined if previous is not None else None,
             unchanged=unchanged,
-            numa_aligned=previous.joined.numa_aligned
-            if unchanged and previous is not None and previous.joined is not None
-            else None,
         )
         return cls(snapshot, acc, joined)
 
