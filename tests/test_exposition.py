@@ -27,6 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from podres_exporter import exposition
+from podres_exporter.collectors.families import RowFamily
 from podres_exporter.collectors.kubelet import snapshot_age
 from podres_exporter.exposition import (
     ASKED_RECENT_S,
@@ -124,9 +125,17 @@ def families(draw: st.DrawFn) -> Metric:
     )
     kind = draw(
         st.sampled_from(
-            ["gauge", "counter", "counter_created", "info", "untyped", "histogram", "unit"]
+            [
+                *("gauge", "counter", "counter_created", "info", "untyped", "histogram"),
+                *("unit", "rows_gauge", "rows_counter", "rows_info"),
+            ]
         )
     )
+    if kind.startswith("rows_"):
+        rows_family = RowFamily(name, doc, kind[len("rows_") :], labels)
+        for values, v in rows:
+            rows_family.add(values, 1.0 if kind == "rows_info" else v)
+        return rows_family
     if kind == "info":
         info = InfoMetricFamily(name, doc, labels=labels)
         for values, _ in rows:
@@ -162,6 +171,61 @@ def test_the_writer_equals_prometheus_client_on_generated_families(
     """Counters (with and without _created), gauges, info, untyped, histograms and units,
     with any label values and floats: the same bytes in both formats."""
     assert_same(generated)
+
+
+def like_prometheus_client(fam: RowFamily) -> Metric:
+    """The family prometheus_client's own class gives for the same rows."""
+    labels = list(fam.labels)
+    if fam.type == "info":
+        info = InfoMetricFamily(fam.name, fam.documentation, labels=labels)
+        for values, _ in fam.rows:
+            info.add_metric(values, {})
+        return info
+    cls = CounterMetricFamily if fam.type == "counter" else GaugeMetricFamily
+    other = cls(fam.name, fam.documentation, labels=labels)
+    for values, v in fam.rows:
+        other.add_metric(values, v)
+    return other
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(families(), min_size=1, max_size=4))
+def test_a_row_family_gives_the_samples_and_bytes_of_prometheus_clients_family(
+    generated: list[Metric],
+) -> None:
+    """Its ``samples`` (built when read) and its text equal those of prometheus_client's
+    class for the same rows, whatever the writer's cache held from an earlier write."""
+    rows = [f for f in generated if isinstance(f, RowFamily)]
+    others = [like_prometheus_client(f) for f in rows]
+    assert [f.samples for f in rows] == [f.samples for f in others]
+    assert [(f.name, f.type) for f in rows] == [(f.name, f.type) for f in others]
+    cache = WriteCache()
+    for openmetrics in (False, True):
+        assert write(rows, openmetrics, cache=cache) == reference(others, openmetrics)
+
+
+def test_a_row_familys_series_prefixes_follow_its_series() -> None:
+    """Written again with changed values, a new series and a departed one, through the
+    same cache: the bytes prometheus_client gives, and only live series' prefixes kept."""
+    cache = WriteCache()
+
+    def fam(rows: list[tuple[tuple[str, ...], float]]) -> RowFamily:
+        f = RowFamily("podres_x_bytes", "Bytes.", "counter", ["b", "a"])
+        for values, v in rows:
+            f.add(values, v)
+        return f
+
+    first = fam([(("1", 'q"uote'), 1.0), (("2", "b\\s"), 2.0)])
+    second = fam([(("2", "b\\s"), 3e21), (("3", "new"), 0.5)])
+    for f in (first, second):
+        for openmetrics in (False, True):
+            expected = reference([like_prometheus_client(f)], openmetrics)
+            assert write([f], openmetrics, cache=cache) == expected
+    kept = cache.prefixes[False][(False, "podres_x_bytes_total", ("b", "a"))]
+    assert set(kept) == {("2", "b\\s"), ("3", "new")}
+    assert kept[("2", "b\\s")] == 'podres_x_bytes_total{a="b\\\\s",b="2"} '
+    with pytest.raises(TypeError, match="rows"):
+        first.samples = like_prometheus_client(first).samples
 
 
 @given(FLOATS)

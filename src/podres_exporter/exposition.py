@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
 
+from podres_exporter.collectors.families import RowFamily
 from podres_exporter.collectors.kubelet import snapshot_age
 from podres_exporter.poller import Store
 from podres_exporter.view import NodeView
@@ -143,7 +144,62 @@ def _sample_lines(
     return out
 
 
-def _text_family(metric: Metric, numbers: dict[float, str]) -> list[str]:
+# A family's series prefixes (``name{labels} ``) by label values, per format, sample
+# name and label names; a WriteCache keeps those of the families it wrote last time.
+_Prefixes = dict[tuple[bool, str, tuple[str, ...]], dict[tuple[str, ...], str]]
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One write's memos: values already written (never zeros: -0.0 equals 0.0), and
+    the series prefixes, those of the last write (``last``) and this one's."""
+
+    numbers: dict[float, str] = field(default_factory=dict)
+    last: _Prefixes = field(default_factory=dict)
+    prefixes: _Prefixes = field(default_factory=dict)
+
+
+def _row_key(metric: RowFamily, openmetrics: bool) -> tuple[bool, str, tuple[str, ...]]:
+    return (openmetrics, metric.sample_name, metric.labels)
+
+
+def _row_lines(metric: RowFamily, openmetrics: bool, memo: _Pass) -> dict[str | None, list[str]]:
+    """A RowFamily's sample lines: each its series' prefix (kept from the last write
+    while the series lasts) and its value; no Sample, no label dict."""
+    key = _row_key(metric, openmetrics)
+    known = memo.last.get(key, {})
+    kept = memo.prefixes[key] = {}
+    numbers = memo.numbers
+    template: str | None = None
+    quotes = 0
+    lines: list[str] = []
+    for values, value in metric.rows:
+        prefix = known.get(values)
+        if prefix is None:
+            if template is None:
+                template, quotes, _ = _shape(
+                    metric, metric.sample_name, metric.labels, openmetrics, {}
+                )
+            prefix = template.format(*values, "")
+            if prefix.count('"') != quotes or "\\" in prefix or "\n" in prefix:
+                prefix = template.format(*map(_escape_value, values), "")
+        kept[values] = prefix
+        number = numbers.get(value)
+        if number is None:
+            number = go_float(value)
+            if value:
+                numbers[value] = number
+        lines.append(prefix + number)
+    return {None: lines}
+
+
+def _lines(metric: Metric, openmetrics: bool, memo: _Pass) -> dict[str | None, list[str]]:
+    if isinstance(metric, RowFamily):
+        return _row_lines(metric, openmetrics, memo)
+    return _sample_lines(metric, openmetrics, memo.numbers)
+
+
+def _text_family(metric: Metric, memo: _Pass) -> list[str]:
     name, typ = metric.name, metric.type
     if typ == "counter":
         name += "_total"
@@ -152,7 +208,7 @@ def _text_family(metric: Metric, numbers: dict[float, str]) -> list[str]:
     typ = _TEXT_TYPES.get(typ, typ)
     written = om.escape_metric_name(name)
     doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-    lines = _sample_lines(metric, False, numbers)
+    lines = _lines(metric, False, memo)
     out = [f"# HELP {written} {doc}\n# TYPE {written} {typ}\n"]
     main = lines.pop(None)
     if main:
@@ -164,13 +220,13 @@ def _text_family(metric: Metric, numbers: dict[float, str]) -> list[str]:
     return out
 
 
-def _openmetrics_family(metric: Metric, numbers: dict[float, str]) -> list[str]:
+def _openmetrics_family(metric: Metric, memo: _Pass) -> list[str]:
     written = om.escape_metric_name(metric.name)
     doc = _escape_value(metric.documentation)
     out = [f"# HELP {written} {doc}\n# TYPE {written} {metric.type}\n"]
     if metric.unit:
         out.append(f"# UNIT {written} {metric.unit}\n")
-    main = _sample_lines(metric, True, numbers)[None]
+    main = _lines(metric, True, memo)[None]
     if main:
         out.append("\n".join(main) + "\n")
     return out
@@ -204,6 +260,7 @@ class WriteCache:
 
     def __init__(self) -> None:
         self._last: dict[bool, dict[int, tuple[Metric, str]]] = {False: {}, True: {}}
+        self.prefixes: dict[bool, _Prefixes] = {False: {}, True: {}}
         self.reused = 0
 
     def take(self, openmetrics: bool) -> dict[int, tuple[Metric, str]]:
@@ -213,9 +270,9 @@ class WriteCache:
         self._last[openmetrics] = written
 
 
-def _family_text(metric: Metric, openmetrics: bool, numbers: dict[float, str]) -> str:
+def _family_text(metric: Metric, openmetrics: bool, memo: _Pass) -> str:
     try:
-        return "".join((_openmetrics_family if openmetrics else _text_family)(metric, numbers))
+        return "".join((_openmetrics_family if openmetrics else _text_family)(metric, memo))
     except _Unusual:
         return _fallback(metric, openmetrics)
 
@@ -233,22 +290,27 @@ def write(
     (none of ours) has its family written by prometheus_client. ``eof``: end OpenMetrics
     with its ``# EOF``. ``cache``: a family object written last time is not written again."""
     out: list[str] = []
-    numbers: dict[float, str] = {}
+    memo = _Pass(last=cache.prefixes[openmetrics] if cache is not None else {})
     last = cache.take(openmetrics) if cache is not None else {}
     written: dict[int, tuple[Metric, str]] = {}
     for metric in families:
         hit = last.get(id(metric))
         if hit is not None and hit[0] is metric:
             text = hit[1]
+            if isinstance(metric, RowFamily):  # its prefixes stay for when it changes
+                key = _row_key(metric, openmetrics)
+                if key in memo.last:
+                    memo.prefixes[key] = memo.last[key]
             if cache is not None:
                 cache.reused += 1
         else:
-            text = _family_text(metric, openmetrics, numbers)
+            text = _family_text(metric, openmetrics, memo)
         if cache is not None:
             written[id(metric)] = (metric, text)
         out.append(text)
     if cache is not None:
         cache.keep(openmetrics, written)
+        cache.prefixes[openmetrics] = memo.prefixes
     if openmetrics and eof:
         out.append("# EOF\n")
     return "".join(out).encode()

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 from podres_exporter.model import Holder
 
@@ -36,6 +36,42 @@ def numa_value(node: int | None) -> str:
     return "none" if node is None else str(node)
 
 
+# The sample name of each family type: its family name with this suffix.
+_SUFFIX = {"gauge": "", "counter": "_total", "info": "_info"}
+
+
+class RowFamily(Metric):
+    """A gauge, counter or info family kept as rows: (label values, value) in order.
+
+    The exposition writer writes the rows straight to text (see
+    ``exposition.write``); the prometheus_client ``samples`` are built only when
+    something reads them (a test, ``podres top``'s parser, the registry's own
+    generators), so a family that is only served never builds a ``Sample``.
+    """
+
+    def __init__(self, name: str, documentation: str, typ: str, labels: Sequence[str]) -> None:
+        if typ == "counter" and name.endswith("_total"):  # as CounterMetricFamily names it
+            name = name[: -len("_total")]
+        super().__init__(name, documentation, typ)
+        self.labels: tuple[str, ...] = tuple(labels)
+        self.sample_name = name + _SUFFIX[typ]
+        self.rows: list[tuple[tuple[str, ...], float]] = []
+
+    @property  # built from the rows each time (Metric.__init__ sets an empty list)
+    def samples(self) -> list[Sample]:
+        name, labels = self.sample_name, self.labels
+        return [Sample(name, dict(zip(labels, v, strict=True)), x) for v, x in self.rows]
+
+    @samples.setter
+    def samples(self, value: list[Sample]) -> None:
+        if value:  # Metric.__init__ sets an empty list; anything else would be lost
+            raise TypeError("a RowFamily's samples come from its rows")
+
+    def add(self, values: Sequence[str], value: float) -> None:
+        """One sample: its label values, in :attr:`labels` order, and its value."""
+        self.rows.append((tuple(values), value))
+
+
 def family(  # noqa: PLR0917 - a declarative table reads best positionally
     name: str,
     documentation: str,
@@ -47,15 +83,12 @@ def family(  # noqa: PLR0917 - a declarative table reads best positionally
     counter: bool = False,
 ) -> Metric:
     """One gauge (or counter) family: a sample per row whose value is not None."""
-    fam: GaugeMetricFamily | CounterMetricFamily = (
-        CounterMetricFamily(name, documentation, labels=list(labels))
-        if counter
-        else GaugeMetricFamily(name, documentation, labels=list(labels))
-    )
+    fam = RowFamily(name, documentation, "counter" if counter else "gauge", labels)
+    append = fam.rows.append
     for row in rows:
         v = value(row)
         if v is not None:
-            fam.add_metric(list(label_values(row)), float(v))
+            append((tuple(label_values(row)), float(v)))
     return fam
 
 
@@ -81,9 +114,8 @@ def info(
     label_values: Callable[[_R], Sequence[str]],
 ) -> Metric:
     """One info family (``name`` without ``_info``): a series per row."""
-    fam = InfoMetricFamily(name, documentation, labels=list(labels))
-    for row in rows:
-        fam.add_metric(list(label_values(row)), {})
+    fam = RowFamily(name, documentation, "info", labels)
+    fam.rows.extend((tuple(label_values(row)), 1.0) for row in rows)
     return fam
 
 
