@@ -239,6 +239,34 @@ def test_what_did_not_change_is_neither_accounted_nor_rendered_again(
         reader.close()
 
 
+def test_a_source_that_read_the_same_hands_on_its_last_objects(
+    make_sim: Callable[..., SimKubelet],
+) -> None:
+    """A source whose new reading equals its last gives the last objects again, so the
+    join and the telemetry collectors reuse what they derived; one that moved does not."""
+    sim = make_sim("demo")
+    host: Any = sim.host  # type: ignore[attr-defined]
+    reader = NodeReader.from_settings(exporter_settings(sim), gpu_backend=host.gpu_backend())
+    try:
+        first = reader.view(reader.observe(), generation=1)
+        families1 = reader.families(first, "0")
+        second = reader.view(reader.observe(), generation=2, previous=first)
+        families2 = reader.families(second, "0")
+        host.refresh(seconds=5)
+        third = reader.view(reader.observe(), generation=3, previous=second)
+    finally:
+        reader.close()
+    t1, t2, t3 = (v.snapshot.telemetry for v in (first, second, third))
+    assert t1 is not None and t2 is not None and t3 is not None
+    assert t2.devices is t1.devices, "nothing moved: the same readings"
+    assert second.joined is not None and first.joined is not None
+    assert second.joined.net is first.joined.net
+    net = {id(f) for f in families1 if f.name.startswith("podres_net_")}
+    assert net and net <= {id(f) for f in families2}, "the net families are reused"
+    assert t3.devices is not t2.devices and t3.devices != t2.devices
+    assert t3.devices == read_devices(host.sysfs)
+
+
 def without_durations(body: bytes) -> bytes:
     """The exposition less the collectors' own timings, which differ per rendering."""
     return b"\n".join(

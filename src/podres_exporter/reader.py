@@ -89,6 +89,10 @@ class SourceRunner:
     ``intervals`` (source name -> seconds, ``--source-interval.NAME``): a source whose
     last launch is more recent than its interval is not launched; its last value is
     served as it is (a failed or never-read source is launched at every poll).
+
+    A source whose new value equals its last (nothing moved) keeps its last objects:
+    what was derived from them downstream (the join's rows, the families and their
+    text) is reused as it is.
     """
 
     def __init__(
@@ -174,6 +178,11 @@ class SourceRunner:
                 )
                 continue
             del self._running[name]
+            last = self._values.get(name)
+            if last is not None and last == value:
+                # The same readings: hand on the very objects, so that what was derived
+                # from them (the join's rows, the families, their text) is reused.
+                value = last
             self._values[name] = value
             self._set(
                 name,

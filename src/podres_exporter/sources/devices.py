@@ -97,9 +97,9 @@ def _read_fd(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read(path: str, dir_fd: int | None = None) -> str | None:
-    """The stripped content of a sysfs file (``path`` relative to ``dir_fd`` when
-    given); None when it cannot be read.
+def _read_bytes(path: str, dir_fd: int | None = None) -> bytes | None:
+    """The content of a sysfs file (``path`` relative to ``dir_fd`` when given); None
+    when it cannot be read.
 
     Plain ``os`` calls, not ``open()``: a poll of a large node reads thousands of
     attributes, and a file object costs several times the three system calls."""
@@ -108,37 +108,55 @@ def _read(path: str, dir_fd: int | None = None) -> str | None:
     except OSError:  # ENOENT, EACCES ...
         return None
     try:
-        data = _read_fd(fd)
+        return _read_fd(fd)
     except OSError:  # EINVAL, ENODEV, EIO, EISDIR ...
         return None
     finally:
         os.close(fd)
-    return data.decode("utf-8", "replace").strip()
 
 
-def _ints_in(directory: str, names: Iterable[str]) -> dict[str, int | None]:
-    """Integer attributes of one directory, opened relative to it (one path lookup)."""
+def _read(path: str, dir_fd: int | None = None) -> str | None:
+    """The stripped text of a sysfs file; None when it cannot be read."""
+    data = _read_bytes(path, dir_fd)
+    return None if data is None else data.decode("utf-8", "replace").strip()
+
+
+# A directory opened to read its attributes relative to it: one lookup of its path for
+# them all (sysfs paths run through symlinks: ``class/net/eth0`` -> ``devices/...``).
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _open_dir(path: str, dir_fd: int | None = None) -> int | None:
+    """A directory's O_PATH descriptor (the caller closes it); None when it is not one."""
     try:
-        dir_fd = _os_open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return _os_open(path, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError:
+        return None
+
+
+def _ints_in(
+    directory: str, names: Iterable[str], dir_fd: int | None = None
+) -> dict[str, int | None]:
+    """Integer attributes of one directory (relative to ``dir_fd`` when given), opened
+    relative to it (one path lookup)."""
+    fd = _open_dir(directory, dir_fd)
+    if fd is None:
         return dict.fromkeys(names)
     try:
-        return {name: _parse_int(_read(name, dir_fd)) for name in names}
+        return {name: _int(name, fd) for name in names}
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
-def _parse_int(text: str | None) -> int | None:
-    if text is None:
+def _int(path: str, dir_fd: int | None = None) -> int | None:
+    """An integer attribute; None when it cannot be read or does not parse."""
+    data = _read_bytes(path, dir_fd)
+    if data is None:
         return None
     try:
-        return int(text)
+        return int(data)  # the bytes as they are: int() takes ASCII digits and whitespace
     except ValueError:
         return None
-
-
-def _int(path: str) -> int | None:
-    return _parse_int(_read(path))
 
 
 def _listdir(path: str) -> list[str]:
@@ -148,22 +166,24 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _link_name(path: str) -> str | None:
+def _link_name(path: str, dir_fd: int | None = None) -> str | None:
     """The last component of a symlink's target (``driver`` -> ``"ice"``)."""
     try:
-        target = os.readlink(path)
+        target = os.readlink(path, dir_fd=dir_fd)
     except OSError:
         return None
     return os.path.basename(target.rstrip("/")) or None
 
 
-def _device_pci_address(device_link: str) -> str | None:
-    """The PCI function a ``device`` symlink points to, if any.
+def _device_pci_address(directory: str, dir_fd: int | None = None) -> str | None:
+    """The PCI function the ``device`` symlink of ``directory`` points to, if any (read
+    relative to ``dir_fd``, ``directory``'s descriptor, when given).
 
     The link points to the function itself, or, for virtio devices, to a
     ``virtioN`` device whose parent is the PCI function.
     """
-    name = _link_name(device_link)
+    device_link = os.path.join(directory, "device")
+    name = _link_name("device", dir_fd) if dir_fd is not None else _link_name(device_link)
     if name is None:
         return None
     address = normalize_pci(name)
@@ -182,12 +202,13 @@ def _hwmon_dirs(parent: str) -> list[str]:
     return [os.path.join(base, name) for _, name in sorted(found)]
 
 
-def _first_int(dirs: Iterable[str], names: Iterable[str]) -> int | None:
-    """The first readable integer among ``dir/name`` for each dir, then each name."""
+def _first_int(dirs: Iterable[str], names: Iterable[str], dir_fd: int | None = None) -> int | None:
+    """The first readable integer among ``dir/name`` for each dir, then each name (the
+    dirs relative to ``dir_fd`` when given)."""
     wanted = tuple(names)
     for directory in dirs:
         for name in wanted:
-            value = _int(os.path.join(directory, name))
+            value = _int(f"{directory}/{name}", dir_fd)
             if value is not None:
                 return value
     return None
@@ -203,10 +224,11 @@ def _scaled(value: int | None, divisor: float) -> float | None:
 _DirId = tuple[int, int, int]
 
 
-def _dir_id(path: str) -> _DirId | None:
-    """The identity of the directory at ``path`` (links followed); None when it is gone."""
+def _dir_id(path: str, dir_fd: int | None = None) -> _DirId | None:
+    """The identity of the directory at ``path`` (links followed), or of the one open
+    as ``dir_fd`` when given; None when it is gone."""
     try:
-        st = os.stat(path)
+        st = os.stat(path) if dir_fd is None else os.fstat(dir_fd)
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_mtime_ns)
@@ -255,31 +277,33 @@ class StaticCache:
         for key in self._statics.keys() - self._seen_statics:
             del self._statics[key]
 
-    def pci_class(self, path: str) -> str | None:
-        """The ``class`` file of the function at ``path``, read once per directory."""
-        ident = _dir_id(path)
+    def pci_class(self, path: str, dir_fd: int | None = None) -> str | None:
+        """The ``class`` file of the function at ``path`` (open as ``dir_fd`` when
+        given), read once per directory."""
+        ident = _dir_id(path, dir_fd)
         if ident is None:
             return None
         self._seen_classes.add(path)
         hit = self._classes.get(path)
         if hit is not None and hit[0] == ident:
             return hit[1]
-        value = _read(os.path.join(path, "class"))
+        value = _read("class", dir_fd) if dir_fd is not None else _read(f"{path}/class")
         if value is None:
             self._classes.pop(path, None)
         else:
             self._classes[path] = (ident, value)
         return value
 
-    def pci_static(self, path: str) -> _PciStatic:
-        """The static attributes of the function at ``path``, read once per directory."""
-        ident = _dir_id(path)
+    def pci_static(self, path: str, dir_fd: int) -> _PciStatic:
+        """The static attributes of the function at ``path``, open as ``dir_fd``, read
+        once per directory."""
+        ident = _dir_id(path, dir_fd)
         if ident is not None:
             self._seen_statics.add(path)
             hit = self._statics.get(path)
             if hit is not None and hit[0] == ident:
                 return hit[1]
-        value = _read_pci_static(path)
+        value = _read_pci_static(dir_fd)
         if ident is not None and value.vendor_id and value.device_id:
             self._statics[path] = (ident, value)
         else:
@@ -300,9 +324,9 @@ def _class_selected(class_id: str | None) -> bool:
     return (code >> 16) in SELECTED_CLASS_PREFIXES or (code >> 8) in _SELECTED_SUBCLASSES
 
 
-def _link_speed(path: str) -> float | None:
+def _link_speed(path: str, dir_fd: int | None = None) -> float | None:
     """``"16.0 GT/s PCIe"`` / ``"8 GT/s"`` -> GT/s; ``"Unknown"`` -> None."""
-    text = _read(path)
+    text = _read(path, dir_fd)
     if not text:
         return None
     try:
@@ -312,14 +336,14 @@ def _link_speed(path: str) -> float | None:
     return speed if math.isfinite(speed) and speed > 0 else None
 
 
-def _link_width(path: str) -> int | None:
-    width = _int(path)
+def _link_width(path: str, dir_fd: int | None = None) -> int | None:
+    width = _int(path, dir_fd)
     return width if width is not None and width > 0 else None
 
 
-def _aer(path: str) -> Mapping[str, int]:
+def _aer(path: str, dir_fd: int | None = None) -> Mapping[str, int]:
     """``aer_dev_*`` lines ``"Name count"`` -> {name: count}; empty when absent."""
-    text = _read(path)
+    text = _read(path, dir_fd)
     counts: dict[str, int] = {}
     for line in (text or "").splitlines():
         parts = line.split()
@@ -331,20 +355,21 @@ def _aer(path: str) -> Mapping[str, int]:
     return MappingProxyType(counts)
 
 
-def _numa(path: str) -> int | None:
-    node = _int(path)
+def _numa(path: str, dir_fd: int | None = None) -> int | None:
+    node = _int(path, dir_fd)
     return node if node is not None and node >= 0 else None
 
 
-def _read_pci_static(path: str) -> _PciStatic:
-    physfn = _link_name(os.path.join(path, "physfn"))
+def _read_pci_static(dir_fd: int) -> _PciStatic:
+    """The static attributes of the function open as ``dir_fd``."""
+    physfn = _link_name("physfn", dir_fd)
     return _PciStatic(
-        vendor_id=(_read(os.path.join(path, "vendor")) or "").lower(),
-        device_id=(_read(os.path.join(path, "device")) or "").lower(),
-        numa_node=_numa(os.path.join(path, "numa_node")),
+        vendor_id=(_read("vendor", dir_fd) or "").lower(),
+        device_id=(_read("device", dir_fd) or "").lower(),
+        numa_node=_numa("numa_node", dir_fd),
         physfn=normalize_pci(physfn) if physfn else None,
-        max_link_speed_gts=_link_speed(os.path.join(path, "max_link_speed")),
-        max_link_width=_link_width(os.path.join(path, "max_link_width")),
+        max_link_speed_gts=_link_speed("max_link_speed", dir_fd),
+        max_link_width=_link_width("max_link_width", dir_fd),
     )
 
 
@@ -352,19 +377,33 @@ def _read_pci(
     root: str, address: str, class_id: str | None, cache: StaticCache | None
 ) -> PciReading | None:
     path = os.path.join(root, "bus", "pci", "devices", address)
-    if not os.path.isdir(path):
+    fd = _open_dir(path)
+    if fd is None:
         return None
+    try:
+        reading = _read_pci_at(path, fd, address, class_id, cache)
+    finally:
+        os.close(fd)
+    if not os.path.isdir(path):  # it went away while we read it
+        return None
+    return reading
+
+
+def _read_pci_at(
+    path: str, fd: int, address: str, class_id: str | None, cache: StaticCache | None
+) -> PciReading:
+    """The function at ``path``, its attributes read relative to its descriptor ``fd``."""
     if class_id is None:
-        class_id = _read(os.path.join(path, "class")) if cache is None else cache.pci_class(path)
-    static = _read_pci_static(path) if cache is None else cache.pci_static(path)
-    driver = _link_name(os.path.join(path, "driver"))
-    hwmons = _hwmon_dirs(path)
+        class_id = _read("class", fd) if cache is None else cache.pci_class(path, fd)
+    static = _read_pci_static(fd) if cache is None else cache.pci_static(path, fd)
+    driver = _link_name("driver", fd)
+    hwmons = [f"hwmon/{os.path.basename(h)}" for h in _hwmon_dirs(path)]
     nets = _listdir(os.path.join(path, "net"))
     if driver == "virtio-pci":  # virtio-net hangs its interface off a virtioN child
         for child in _listdir(path):
             if child.startswith("virtio"):
                 nets.extend(_listdir(os.path.join(path, child, "net")))
-    reading = PciReading(
+    return PciReading(
         address=address,
         numa_node=static.numa_node,
         vendor_id=static.vendor_id,
@@ -372,15 +411,15 @@ def _read_pci(
         class_id=(class_id or "").lower(),
         driver=driver,
         physfn=static.physfn,
-        link_speed_gts=_link_speed(os.path.join(path, "current_link_speed")),
-        link_width=_link_width(os.path.join(path, "current_link_width")),
+        link_speed_gts=_link_speed("current_link_speed", fd),
+        link_width=_link_width("current_link_width", fd),
         max_link_speed_gts=static.max_link_speed_gts,
         max_link_width=static.max_link_width,
-        aer_correctable=_aer(os.path.join(path, "aer_dev_correctable")),
-        aer_nonfatal=_aer(os.path.join(path, "aer_dev_nonfatal")),
-        aer_fatal=_aer(os.path.join(path, "aer_dev_fatal")),
-        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",)), 1000),
-        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input")), 1e6),
+        aer_correctable=_aer("aer_dev_correctable", fd),
+        aer_nonfatal=_aer("aer_dev_nonfatal", fd),
+        aer_fatal=_aer("aer_dev_fatal", fd),
+        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",), fd), 1000),
+        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input"), fd), 1e6),
         net_interfaces=tuple(sorted(set(nets))),
         infiniband_devices=tuple(sorted(_listdir(os.path.join(path, "infiniband")))),
         drm_cards=tuple(
@@ -390,9 +429,6 @@ def _read_pci(
             )
         ),
     )
-    if not os.path.isdir(path):  # it went away while we read it
-        return None
-    return reading
 
 
 def _pci_functions(
@@ -422,10 +458,16 @@ def _pci_functions(
 
 def _read_net(root: str, name: str, pci_address: str | None) -> NetReading | None:
     path = os.path.join(root, "class", "net", name)
-    carrier = _int(f"{path}/carrier")
-    speed = _int(f"{path}/speed")
-    stats = _ints_in(f"{path}/statistics", _NET_STATS)
-    operstate = _read(f"{path}/operstate")
+    fd = _open_dir(path)
+    if fd is None:
+        return None
+    try:
+        carrier = _int("carrier", fd)
+        speed = _int("speed", fd)
+        stats = _ints_in("statistics", _NET_STATS, fd)
+        operstate = _read("operstate", fd)
+    finally:
+        os.close(fd)
     # Every attribute read: the interface was there. One missing: it may have gone (or
     # never was) while we read, which only the directory tells.
     complete = operstate is not None and None not in stats.values()
@@ -453,10 +495,10 @@ def _net_interfaces(
     if interfaces is not None:
         for name in sorted({i.strip() for i in interfaces}):
             if _valid_name(name):
-                chosen.append((name, _device_pci_address(os.path.join(base, name, "device"))))
+                chosen.append((name, _device_pci_address(os.path.join(base, name))))
     else:
         for name in sorted(_listdir(base)):
-            address = _device_pci_address(os.path.join(base, name, "device"))
+            address = _device_pci_address(os.path.join(base, name))
             if address is not None and (selection is None or address in selection):
                 chosen.append((name, address))
     readings = (_read_net(root, name, address) for name, address in chosen)
@@ -495,7 +537,7 @@ def _infiniband(root: str, selection: frozenset[str] | None) -> tuple[IbPortRead
     out: list[IbPortReading] = []
     for device in sorted(_listdir(base)):
         device_dir = os.path.join(base, device)
-        address = _device_pci_address(os.path.join(device_dir, "device"))
+        address = _device_pci_address(device_dir)
         if selection is not None and address not in selection:
             continue
         ports = sorted(int(p) for p in _listdir(os.path.join(device_dir, "ports")) if p.isdigit())
@@ -554,7 +596,7 @@ def _drm(root: str, selection: frozenset[str] | None) -> tuple[DrmCardReading, .
     )
     out: list[DrmCardReading] = []
     for _, card in cards:
-        address = _device_pci_address(os.path.join(base, card, "device"))
+        address = _device_pci_address(os.path.join(base, card))
         if selection is not None and address not in selection:
             continue
         reading = _read_card(root, card, address)
