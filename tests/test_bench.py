@@ -55,4 +55,8 @@ def test_quick_exporter_benchmark_measures_each_figure() -> None:
     latency = [line for line in out.splitlines() if " keep-alive " in line or " new conn " in line]
     assert len(latency) == 8, out  # 2 formats x 2 connection kinds x 1 and 10 scrapers
     assert "calls per poll 2.00" in out, out
+    moving = next(line for line in out.splitlines() if "counters moving" in line)
+    idle = next(line for line in out.splitlines() if "idle devices" in line and "%" in line)
+    assert not moving.endswith("counters moved 0)"), moving  # the ticker ran
+    assert idle.endswith("counters moved 0)"), idle
     assert re.search(r"departed pods with series left: 0 of [1-9]", out), out

@@ -331,6 +331,9 @@ def test_each_format_is_rendered_at_publish_only_while_asked_for_recently(
     assert s.counts() == (2, 2)  # text at the poll, OpenMetrics at the scrape
     s.poller.poll_once()
     assert s.counts() == (3, 3)  # OpenMetrics only: no scraper asked for text
+    kept = s.exposition._write_cache  # what the text format still holds
+    assert kept.take(False) == {} and kept.prefixes[False] == {}, "text not asked: dropped"
+    assert kept.take(True), "OpenMetrics asked: its texts are kept"
     s.exposition.body(openmetrics=True, gz=True)
     assert s.counts() == (3, 3)
     s.exposition.body(openmetrics=False, gz=True)

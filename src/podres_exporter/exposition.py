@@ -269,6 +269,11 @@ class WriteCache:
     def keep(self, openmetrics: bool, written: dict[int, tuple[Metric, str]]) -> None:
         self._last[openmetrics] = written
 
+    def forget(self, openmetrics: bool) -> None:
+        """Drop what was kept for one format (no longer rendered at every publish)."""
+        self._last[openmetrics] = {}
+        self.prefixes[openmetrics] = {}
+
 
 def _family_text(metric: Metric, openmetrics: bool, memo: _Pass) -> str:
     try:
@@ -404,6 +409,8 @@ class Exposition:
         now = self._clock()
         asked = sorted(f for f, at in self._asked_at.items() if now - at < ASKED_RECENT_S)
         formats = asked or [False]
+        for unasked in {False, True} - set(formats):  # its texts would only hold memory
+            self._write_cache.forget(unasked)
         rendered = _Rendered()
         try:
             families = self._view_families(view)  # once for both formats
