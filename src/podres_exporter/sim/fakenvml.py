@@ -292,6 +292,15 @@ class _PlannedGpu:
 # -------------------------------------------------------------------------- fake
 
 
+def _absent(name: str) -> property:
+    """An attribute that is not there: reading it raises AttributeError, as pynvml would."""
+
+    def missing(fake: object) -> Any:
+        raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+
+    return property(missing)
+
+
 class FakeNvml:
     """A fake of the ``pynvml`` module: use it where the module object is expected.
 
@@ -331,11 +340,6 @@ class FakeNvml:
         self._released.set()
         self._blocked = 0  # calls waiting in hang
         self._blocked_lock = threading.Lock()
-
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("nvml") and name in object.__getattribute__(self, "_hidden"):
-            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
-        return object.__getattribute__(self, name)
 
     # ------------------------------------------------------------------ builders
 
@@ -576,8 +580,14 @@ class FakeNvml:
         self._errors.pop((function, uuid), None)
 
     def hide_function(self, name: str) -> None:
-        """Make ``name`` absent, as in an older pynvml (``getattr`` raises AttributeError)."""
+        """Make ``name`` absent, as in an older pynvml (``getattr`` raises AttributeError).
+
+        This instance's class becomes a subclass of its own in which ``name`` is a
+        property that raises: no hook on every other attribute, whose cost would be
+        counted as the exporter's in the benchmarks."""
         self._hidden.add(name)
+        base = self.__dict__.setdefault("_own_class", type(self))
+        self.__class__ = type(base.__name__, (base,), {n: _absent(n) for n in self._hidden})
 
     def add_process(self, uuid: str, pid: int, used_memory: int | None = None) -> FakeProcess:
         """A compute process on the GPU or MIG device ``uuid``."""
