@@ -175,15 +175,14 @@ def _link_name(path: str, dir_fd: int | None = None) -> str | None:
     return os.path.basename(target.rstrip("/")) or None
 
 
-def _device_pci_address(directory: str, dir_fd: int | None = None) -> str | None:
-    """The PCI function the ``device`` symlink of ``directory`` points to, if any (read
-    relative to ``dir_fd``, ``directory``'s descriptor, when given).
+def _device_pci_address(directory: str) -> str | None:
+    """The PCI function the ``device`` symlink of ``directory`` points to, if any.
 
     The link points to the function itself, or, for virtio devices, to a
     ``virtioN`` device whose parent is the PCI function.
     """
     device_link = os.path.join(directory, "device")
-    name = _link_name("device", dir_fd) if dir_fd is not None else _link_name(device_link)
+    name = _link_name(device_link)
     if name is None:
         return None
     address = normalize_pci(name)
