@@ -117,6 +117,26 @@ def _shape(
     return template, 2 * len(keys), out.setdefault(moved, [])
 
 
+def _number(value: float, numbers: dict[float, str]) -> str:
+    """``value`` as written, memoised in ``numbers`` (never zeros: -0.0 equals 0.0)."""
+    number = numbers.get(value)
+    if number is None:
+        number = go_float(value)
+        if value:
+            numbers[value] = number
+    return number
+
+
+def _filled(template: str, quotes: int, values: Iterable[str], tail: str) -> str:
+    """``template`` with the label values and ``tail``; the values escaped only when the
+    line holds more quotes than its own, a backslash or a newline."""
+    values = tuple(values)
+    line = template.format(*values, tail)
+    if line.count('"') != quotes or "\\" in line or "\n" in line:
+        line = template.format(*map(_escape_value, values), tail)
+    return line
+
+
 def _sample_lines(
     metric: Metric, openmetrics: bool, numbers: dict[float, str]
 ) -> dict[str | None, list[str]]:
@@ -132,15 +152,7 @@ def _sample_lines(
         if shape is None:
             shape = shapes[key] = _shape(metric, name, key[1], openmetrics, out)
         template, quotes, lines = shape
-        number = numbers.get(value)
-        if number is None:
-            number = go_float(value)
-            if value:
-                numbers[value] = number
-        line = template.format(*labels.values(), number)
-        if line.count('"') != quotes or "\\" in line or "\n" in line:
-            line = template.format(*map(_escape_value, labels.values()), number)
-        lines.append(line)
+        lines.append(_filled(template, quotes, labels.values(), _number(value, numbers)))
     return out
 
 
@@ -180,16 +192,9 @@ def _row_lines(metric: RowFamily, openmetrics: bool, memo: _Pass) -> dict[str | 
                 template, quotes, _ = _shape(
                     metric, metric.sample_name, metric.labels, openmetrics, {}
                 )
-            prefix = template.format(*values, "")
-            if prefix.count('"') != quotes or "\\" in prefix or "\n" in prefix:
-                prefix = template.format(*map(_escape_value, values), "")
+            prefix = _filled(template, quotes, values, "")
         kept[values] = prefix
-        number = numbers.get(value)
-        if number is None:
-            number = go_float(value)
-            if value:
-                numbers[value] = number
-        lines.append(prefix + number)
+        lines.append(prefix + _number(value, numbers))
     return {None: lines}
 
 

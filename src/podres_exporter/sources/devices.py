@@ -201,13 +201,12 @@ def _hwmon_dirs(parent: str) -> list[str]:
     return [os.path.join(base, name) for _, name in sorted(found)]
 
 
-def _first_int(dirs: Iterable[str], names: Iterable[str], dir_fd: int | None = None) -> int | None:
-    """The first readable integer among ``dir/name`` for each dir, then each name (the
-    dirs relative to ``dir_fd`` when given)."""
+def _first_int(dirs: Iterable[str], names: Iterable[str]) -> int | None:
+    """The first readable integer among ``dir/name`` for each dir, then each name."""
     wanted = tuple(names)
     for directory in dirs:
         for name in wanted:
-            value = _int(f"{directory}/{name}", dir_fd)
+            value = _int(os.path.join(directory, name))
             if value is not None:
                 return value
     return None
@@ -396,7 +395,7 @@ def _read_pci_at(
         class_id = _read("class", fd) if cache is None else cache.pci_class(path, fd)
     static = _read_pci_static(fd) if cache is None else cache.pci_static(path, fd)
     driver = _link_name("driver", fd)
-    hwmons = [f"hwmon/{os.path.basename(h)}" for h in _hwmon_dirs(path)]
+    hwmons = _hwmon_dirs(path)
     nets = _listdir(os.path.join(path, "net"))
     if driver == "virtio-pci":  # virtio-net hangs its interface off a virtioN child
         for child in _listdir(path):
@@ -417,8 +416,8 @@ def _read_pci_at(
         aer_correctable=_aer("aer_dev_correctable", fd),
         aer_nonfatal=_aer("aer_dev_nonfatal", fd),
         aer_fatal=_aer("aer_dev_fatal", fd),
-        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",), fd), 1000),
-        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input"), fd), 1e6),
+        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",)), 1000),
+        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input")), 1e6),
         net_interfaces=tuple(sorted(set(nets))),
         infiniband_devices=tuple(sorted(_listdir(os.path.join(path, "infiniband")))),
         drm_cards=tuple(
