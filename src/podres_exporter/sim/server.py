@@ -385,6 +385,9 @@ class SimKubelet:
             tuple[str, str], tuple[PodState, tuple[DeviceGrouping, bool, bool], Any]
         ] = {}
         self._raw_pods: tuple[Any, ...] = ()
+        # The last GetAllocatableResources answer and what it was built from: a large
+        # node's answer (50,000 devices) takes longer to build than a kubelet takes.
+        self._allocatable: tuple[tuple[Any, ...], Any] | None = None
         self._handlers = {
             V1_LIST_METHOD: grpc.unary_unary_rpc_method_handler(
                 self._list,
@@ -880,9 +883,22 @@ class SimKubelet:
         behaviour, warming = self._enter(V1_GET_ALLOCATABLE_METHOD, context)
         if behaviour.get_allocatable == "disabled":
             context.abort(grpc.StatusCode.UNKNOWN, GET_ALLOCATABLE_DISABLED)
-        return allocatable_message(
-            self._node.snapshot(), behaviour.device_grouping, warming=warming
+        snap = self._node.snapshot()
+        key = (
+            snap.healthy_devices,
+            snap.allocatable_cpus,
+            snap.allocatable_memory,
+            behaviour.device_grouping,
+            warming,
         )
+        with self._lock:
+            last = self._allocatable
+        if last is not None and last[0] == key:
+            return last[1]
+        message = allocatable_message(snap, behaviour.device_grouping, warming=warming)
+        with self._lock:
+            self._allocatable = (key, message)
+        return message
 
     def _get(self, request: Any, context: grpc.ServicerContext) -> Any:
         behaviour, warming = self._enter(V1_GET_METHOD, context)
