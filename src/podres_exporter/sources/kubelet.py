@@ -79,10 +79,17 @@ _T = TypeVar("_T")
 
 
 def _numa(msg: Any) -> NumaNodes:
-    """Placement of a message with a ``topology`` field; None when it has none."""
-    if not msg.HasField("topology") or not msg.topology.nodes:
+    """Placement of a message with a ``topology`` field; None when it has none.
+
+    An unset ``topology`` reads as an empty one. Nearly every placement is one node: it
+    skips the set and the sort (a large node's answers hold tens of thousands).
+    """
+    nodes = msg.topology.nodes
+    if len(nodes) == 1:
+        return (int(nodes[0].ID),)
+    if not nodes:
         return None
-    return tuple(sorted({int(n.ID) for n in msg.topology.nodes}))
+    return tuple(sorted({int(n.ID) for n in nodes}))
 
 
 def _merge_numa(a: NumaNodes, b: NumaNodes) -> NumaNodes:
@@ -100,13 +107,26 @@ def devices_from_wire(entries: Iterable[Any]) -> tuple[DeviceRef, ...]:
     nodes appears twice); older ones group ids per resource. Either way the ids
     are de-duplicated and their NUMA nodes merged. Sorted for stable output.
     """
-    merged: dict[tuple[str, str], NumaNodes] = {}
+    by_resource: dict[str, dict[str, NumaNodes]] = {}
+    placed: bool | None = None  # whether the entries have a topology (v1alpha1's have none)
     for entry in entries:
-        numa = _numa(entry) if hasattr(entry, "topology") else None
+        if placed is None:
+            placed = hasattr(entry, "topology")
+        numa = _numa(entry) if placed else None
+        ids = by_resource.get(entry.resource_name)
+        if ids is None:
+            ids = by_resource[entry.resource_name] = {}
         for device_id in entry.device_ids:
-            key = (entry.resource_name, device_id)
-            merged[key] = _merge_numa(merged[key], numa) if key in merged else numa
-    return tuple(DeviceRef(r, d, n) for (r, d), n in sorted(merged.items()))
+            ids[device_id] = _merge_numa(ids[device_id], numa) if device_id in ids else numa
+    # Sorted per resource, ids as plain strings: sorting (resource, id) pairs compares
+    # tuples, several times slower over an answer of 50,000 devices.
+    return tuple(
+        [
+            DeviceRef(resource, device_id, ids[device_id])
+            for resource, ids in sorted(by_resource.items())
+            for device_id in sorted(ids)
+        ]
+    )
 
 
 def memory_from_wire(blocks: Iterable[Any]) -> tuple[MemoryBlock, ...]:
