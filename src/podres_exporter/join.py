@@ -24,7 +24,7 @@ from types import MappingProxyType
 from podres_exporter.accounting import Accounting
 from podres_exporter.attribution import container_of
 from podres_exporter.ids import DEFAULT_GPU_RESOURCES, Kind, Resolved, resolve
-from podres_exporter.model import Holder, KubeletReading, NodeTopology
+from podres_exporter.model import Holder, KubeletReading, NodeTopology, device_key_order
 from podres_exporter.telemetry import (
     DrmCardReading,
     GpuReading,
@@ -471,26 +471,32 @@ def _match(
     resolved: dict[tuple[str, str], Resolved] = {}
     holders: dict[Target, list[Holder]] = defaultdict(list)
     resolutions: dict[tuple[str, str], Resolution] = {}
-    ids: list[tuple[str, str, Holder | None]] = [
-        (d.resource, d.device_id, d.holder) for d in acc.container_devices
-    ]
-    if reading.allocatable is not None:
-        ids += [(d.resource, d.device_id, None) for d in reading.allocatable.devices]
-    for resource, device_id, holder in ids:
+    found: dict[tuple[str, str], list[Target]] = {}
+
+    def targets_of(resource: str, device_id: str) -> list[Target]:
+        """Each id resolved and matched once, however many list it."""
         key = (resource, device_id)
-        r = resolved.get(key) or resolved_before.get(key)
-        if r is None:
-            r = resolve(resource, device_id, patterns)
-        resolved[key] = r
-        targets = cat.targets(r, device_id)
-        if holder is not None:
-            for target in targets:
-                holders[target].append(holder)
-        resolutions[key] = Resolution(resource, device_id, r.kind, r.key, matched=bool(targets))
+        targets = found.get(key)
+        if targets is None:
+            r = resolved_before.get(key)
+            if r is None:
+                r = resolve(resource, device_id, patterns)
+            resolved[key] = r
+            targets = found[key] = cat.targets(r, device_id)
+            resolutions[key] = Resolution(resource, device_id, r.kind, r.key, bool(targets))
+        return targets
+
+    for d in acc.container_devices:
+        for target in targets_of(d.resource, d.device_id):
+            holders[target].append(d.holder)
+    if reading.allocatable is not None:
+        for a in reading.allocatable.devices:
+            targets_of(a.resource, a.device_id)
+    order = device_key_order(resolutions)
     return Matched(
         catalog=cat.key,
         holders=MappingProxyType({t: tuple(hs) for t, hs in holders.items()}),
-        resolutions=tuple(sorted(resolutions.values(), key=lambda r: (r.resource, r.device_id))),
+        resolutions=tuple([resolutions[key] for key in order]),
         resolved=MappingProxyType(resolved),
         known_pci=frozenset(r.physical_id for r in resolutions.values() if r.kind is Kind.PCI),
         known_cards=frozenset(r.physical_id for r in resolutions.values() if r.kind is Kind.DRM),

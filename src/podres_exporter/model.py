@@ -8,7 +8,7 @@ be shared between threads without copying.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -31,6 +31,25 @@ def numa_label(nodes: NumaNodes) -> str:
     if nodes is None:
         return "none"
     return ",".join(str(n) for n in nodes)
+
+
+def device_key_order(keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(resource, device id) pairs in order: by resource, then id.
+
+    Sorted as plain strings within each resource: comparing the pairs themselves is
+    several times slower over a large node's 50,000 devices.
+    """
+    by_resource: dict[str, list[str]] = {}
+    for resource, device_id in keys:
+        ids = by_resource.get(resource)
+        if ids is None:
+            ids = by_resource[resource] = []
+        ids.append(device_id)
+    return [
+        (resource, device_id)
+        for resource, ids in sorted(by_resource.items())
+        for device_id in sorted(ids)
+    ]
 
 
 class Holder(NamedTuple):
