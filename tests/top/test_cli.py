@@ -193,6 +193,31 @@ def test_local_mode_reads_the_kubelet_socket_and_host(make_sim: MakeSim) -> None
     assert rows[("clickhouse-0", "clickhouse")]["numa_aligned"] is False
 
 
+def test_the_podres_program_ends_a_one_shot_frame_whole(make_sim: MakeSim) -> None:
+    """``podres top --once`` as the program ends its process itself once the frame is
+    written (no teardown): the frame still arrives whole, flushed, with exit status 0."""
+    sim = make_sim("demo")
+    host = sim.host  # type: ignore[attr-defined]
+    args = [
+        "top", "--once", "-o", "json", "--interval", "0.3",
+        "--kubelet-socket", str(sim.socket_path),
+        "--path.sysfs", str(host.sysfs), "--path.procfs", str(host.procfs),
+    ]  # fmt: skip
+    program = "import sys; from podres_exporter.cli import main; sys.exit(main())"
+    proc = subprocess.run(
+        [sys.executable, "-c", program, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (node,) = json.loads(proc.stdout)["nodes"]
+    shown = {(c["pod"], c["container"]) for c in node["containers"]}
+    assert ("llm-pretrain-0", "trainer") in shown and proc.stdout.endswith("}\n")
+
+
 def test_missing_socket_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No kubelet socket: the message names --kubelet-socket; exit 2."""
     missing = tmp_path / "kubelet.sock"

@@ -113,7 +113,11 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str]) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """Entry point of ``podres``; returns the exit status."""
+    """Entry point of ``podres``; returns the exit status.
+
+    Run as the program (no ``argv``), ``podres top --once`` ends the process itself once
+    its frame is written (see ``run_top``).
+    """
     ns = parser().parse_args(argv)
     if ns.command in _DAEMONS:
         process.ignore_hangup()  # before anything slow: a SIGHUP while starting is no stop
@@ -125,7 +129,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if ns.command == "top":  # its own flags; shares the exporter's kubelet settings
         from podres_exporter.top.main import run_top
 
-        return run_top(ns, environ)
+        # Run as the program (no argv), a one-shot frame ends the process once written.
+        return run_top(ns, environ, exit_when_done=argv is None)
     try:
         settings = settings_from(ns, environ)
         if ns.command == "export":

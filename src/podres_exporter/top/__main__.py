@@ -11,11 +11,14 @@ from podres_exporter.top.main import add_top_parser, run_top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``podres top`` flags and run it; returns the exit status."""
+    """Parse ``podres top`` flags and run it; returns the exit status.
+
+    Run as a program (no ``argv``), a one-shot frame ends the process once written.
+    """
     parser = argparse.ArgumentParser(prog="podres")
     add_top_parser(parser.add_subparsers(dest="command", required=True))
     ns = parser.parse_args(["top", *(sys.argv[1:] if argv is None else argv)])
-    return run_top(ns, os.environ)
+    return run_top(ns, os.environ, exit_when_done=argv is None)
 
 
 if __name__ == "__main__":

@@ -661,13 +661,17 @@ def _devices(node: str, idx: _Index) -> tuple[DeviceRow, ...]:
         labels = s.labels
         key = (labels.get("resource", ""), labels.get("device_id", ""))
         state[key] = (labels.get("numa_node", "none"), labels.get("state", ""))
-    holders: dict[tuple[str, str], set[Holder]] = defaultdict(set)
+    holders: dict[tuple[str, str], list[Holder]] = {}
     for s in idx.get("podres_container_device_info"):
         labels = s.labels
         key = (labels.get("resource", ""), labels.get("device_id", ""))
         h = _holder(labels)
         if h is not None:
-            holders[key].add(h)
+            held = holders.get(key)
+            if held is None:
+                holders[key] = [h]
+            elif h not in held:
+                held.append(h)
         if key not in state:  # without GetAllocatableResources only held devices are known
             state[key] = (labels.get("numa_node", "none"), "allocated")
     physical = {
@@ -685,9 +689,19 @@ def _devices(node: str, idx: _Index) -> tuple[DeviceRow, ...]:
         for label in ("address", "card"):
             if s.labels.get(label):
                 drm_busy[s.labels[label]] = s.value
+    # By resource, then id in natural order: the ids of each resource sorted on their own
+    # (a large node has 50,000).
+    ids: dict[str, list[str]] = defaultdict(list)
+    for resource, device_id in state:
+        ids[resource].append(device_id)
     rows = []
-    for key, (numa, st) in sorted(state.items(), key=lambda kv: (kv[0][0], natural_key(kv[0][1]))):
+    for key in (
+        (resource, device_id)
+        for resource in sorted(ids)
+        for device_id in sorted(ids[resource], key=natural_key)
+    ):
         resource, device_id = key
+        numa, st = state[key]
         physical_id = physical.get(key)
         phys = physical_id or device_id
         held = holders.get(key)
@@ -699,7 +713,7 @@ def _devices(node: str, idx: _Index) -> tuple[DeviceRow, ...]:
                 numa,
                 st,
                 st != "allocated_unhealthy" and gpu_healthy.get(phys, 1.0) >= 1,
-                (tuple(sorted(held)) if len(held) > 1 else tuple(held)) if held else (),
+                (tuple(sorted(held)) if len(held) > 1 else (held[0],)) if held else (),
                 physical_id,
                 gpu_util.get(phys, drm_busy.get(phys)),
                 gpu_used.get(phys),
