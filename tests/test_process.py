@@ -70,6 +70,27 @@ def test_a_stop_signal_ends_the_wait_and_names_itself(
         assert signal.getsignal(s) is h
 
 
+def test_a_signal_wakes_the_wait_without_its_polling(
+    monkeypatch: pytest.MonkeyPatch, sentinels: dict[signal.Signals, Handler]
+) -> None:
+    """The wait sleeps until a signal comes, not by looking every so often: with the
+    event looked at only hourly, a SIGHUP still runs the reloads at once and a SIGTERM
+    after it still ends the wait (else the test's timeout ends the test)."""
+    monkeypatch.setattr(process, "_POLL_S", 3600.0)
+    timers: list[threading.Timer] = []
+
+    def reload() -> None:  # then a SIGTERM, once the wait is back to sleep
+        timers.append(kill_self_soon(signal.SIGTERM))
+
+    with process.stop_on_signals(reload=[reload]) as stop:
+        timers.append(kill_self_soon(signal.SIGHUP))
+        reason = stop.wait()
+    for t in timers:
+        t.join()
+    assert reason == "signal SIGTERM"
+    assert len(timers) == 2, "the SIGHUP ran the reload"
+
+
 def test_wait_for_signal_returns_the_reason(sentinels: dict[signal.Signals, Handler]) -> None:
     """wait_for_signal: the same wait in one call."""
     timer = kill_self_soon(signal.SIGTERM)
