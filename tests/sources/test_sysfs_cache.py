@@ -92,6 +92,32 @@ def test_a_second_poll_opens_fewer_files(large: Path, monkeypatch: pytest.Monkey
     assert first - second >= 4 * pci
 
 
+def test_aer_counters_are_read_only_where_the_function_has_them(
+    large: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a function reports AER is static: a function without aer_dev_* files
+    (the VFs here) is not asked for them again, one with them is, at every poll."""
+    tried: list[str] = []
+    real_open = devices._os_open
+
+    def recording(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.path.basename(path).startswith("aer_dev_"):
+            tried.append(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(devices, "_os_open", recording)
+    cache = StaticCache()
+    first = read_devices(large, cache=cache)
+    with_aer = [p for p in first.pci if (real(large, p.address) / "aer_dev_fatal").exists()]
+    without = [p for p in first.pci if p not in with_aer]
+    assert with_aer and without, "the tree has functions of both kinds"
+    tried.clear()
+    second = read_devices(large, cache=cache)
+    assert len(tried) == 3 * len(with_aer)
+    assert second == read_devices(large)
+    assert all(not p.aer_fatal for p in without)
+
+
 def test_cached_readings_follow_the_counters(large: Path) -> None:
     """Readings with a cache equal readings without one, as the counters move."""
     cache = StaticCache()

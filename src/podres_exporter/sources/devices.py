@@ -242,6 +242,9 @@ class _PciStatic:
     physfn: str | None
     max_link_speed_gts: float | None
     max_link_width: int | None
+    # Whether it reports AER (its aer_dev_* files exist: a PCIe capability of the
+    # function; SR-IOV VFs often have none). Without, its counters are not tried.
+    aer: bool = True
 
 
 class StaticCache:
@@ -339,6 +342,10 @@ def _link_width(path: str, dir_fd: int | None = None) -> int | None:
     return width if width is not None and width > 0 else None
 
 
+_AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
+_NO_AER: Mapping[str, int] = MappingProxyType({})
+
+
 def _aer(path: str, dir_fd: int | None = None) -> Mapping[str, int]:
     """``aer_dev_*`` lines ``"Name count"`` -> {name: count}; empty when absent."""
     text = _read(path, dir_fd)
@@ -368,7 +375,16 @@ def _read_pci_static(dir_fd: int) -> _PciStatic:
         physfn=normalize_pci(physfn) if physfn else None,
         max_link_speed_gts=_link_speed("max_link_speed", dir_fd),
         max_link_width=_link_width("max_link_width", dir_fd),
+        aer=_exists(_AER_FILES[0], dir_fd),
     )
+
+
+def _exists(path: str, dir_fd: int) -> bool:
+    try:
+        os.stat(path, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
 
 
 def _read_pci(
@@ -413,9 +429,9 @@ def _read_pci_at(
         link_width=_link_width("current_link_width", fd),
         max_link_speed_gts=static.max_link_speed_gts,
         max_link_width=static.max_link_width,
-        aer_correctable=_aer("aer_dev_correctable", fd),
-        aer_nonfatal=_aer("aer_dev_nonfatal", fd),
-        aer_fatal=_aer("aer_dev_fatal", fd),
+        aer_correctable=_aer(_AER_FILES[0], fd) if static.aer else _NO_AER,
+        aer_nonfatal=_aer(_AER_FILES[1], fd) if static.aer else _NO_AER,
+        aer_fatal=_aer(_AER_FILES[2], fd) if static.aer else _NO_AER,
         temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",)), 1000),
         power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input")), 1e6),
         net_interfaces=tuple(sorted(set(nets))),
