@@ -131,10 +131,12 @@ class Stop:
     def wait(self) -> str:
         """Block until a stop signal or the event; the reason (``signal SIGTERM`` ...).
         A SIGHUP meanwhile runs the reload callbacks here, then the wait goes on."""
+        woken = select.poll()  # not select(): no limit on the descriptor's number
+        woken.register(self._woken, select.POLLIN)
         while self._signal is None and not self.event.is_set():
             if self._hangups != self._handled:
                 self._reload()
-            elif select.select([self._woken], [], [], _POLL_S)[0]:
+            elif woken.poll(_POLL_S * 1000):
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._woken, 512)
         if self._signal is not None:
