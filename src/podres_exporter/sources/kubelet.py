@@ -55,6 +55,7 @@ from podres_exporter.model import (
     PodAlloc,
     RequestStats,
     Support,
+    device_key_order,
 )
 
 log = structlog.get_logger(__name__)
@@ -107,26 +108,16 @@ def devices_from_wire(entries: Iterable[Any]) -> tuple[DeviceRef, ...]:
     nodes appears twice); older ones group ids per resource. Either way the ids
     are de-duplicated and their NUMA nodes merged. Sorted for stable output.
     """
-    by_resource: dict[str, dict[str, NumaNodes]] = {}
+    merged: dict[tuple[str, str], NumaNodes] = {}
     placed: bool | None = None  # whether the entries have a topology (v1alpha1's have none)
     for entry in entries:
         if placed is None:
             placed = hasattr(entry, "topology")
         numa = _numa(entry) if placed else None
-        ids = by_resource.get(entry.resource_name)
-        if ids is None:
-            ids = by_resource[entry.resource_name] = {}
         for device_id in entry.device_ids:
-            ids[device_id] = _merge_numa(ids[device_id], numa) if device_id in ids else numa
-    # Sorted per resource, ids as plain strings: sorting (resource, id) pairs compares
-    # tuples, several times slower over an answer of 50,000 devices.
-    return tuple(
-        [
-            DeviceRef(resource, device_id, ids[device_id])
-            for resource, ids in sorted(by_resource.items())
-            for device_id in sorted(ids)
-        ]
-    )
+            key = (entry.resource_name, device_id)
+            merged[key] = _merge_numa(merged[key], numa) if key in merged else numa
+    return tuple([DeviceRef(r, d, merged[(r, d)]) for r, d in device_key_order(merged)])
 
 
 def memory_from_wire(blocks: Iterable[Any]) -> tuple[MemoryBlock, ...]:
