@@ -864,12 +864,35 @@ def _read_int(path: Path) -> int | None:
 
 
 def _add(root: Path, path: Path, delta: int) -> None:
-    """Add ``delta`` to the integer in ``path``, atomically (readers never see it empty)."""
-    value = _read_int(path)
-    if value is None or delta == 0:
+    """Add ``delta`` (at least 0) to the integer in ``path``."""
+    try:
+        value = int(path.read_bytes())
+    except (OSError, ValueError):
         return
+    if delta != 0:
+        _rewrite(root, path, f"{value + delta}\n".encode("ascii"))
+
+
+def _rewrite(root: Path, path: Path, new: bytes) -> None:
+    """Write ``new`` as the content of ``path``.
+
+    In place, as a sysfs attribute changes: the same file, so a reader that keeps it
+    open and reads it again sees the new value. A text no shorter than the old one (a
+    counter's, which only grows) is written over it in one write: no reader sees the
+    file empty or with a character of the old text left at its end. A shorter one
+    replaces the file by a rename."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if os.fstat(fd).st_size <= len(new):
+            os.pwrite(fd, new, 0)
+            return
+    finally:
+        os.close(fd)
     tmp = root / ".devtree-counter.tmp"
-    tmp.write_text(f"{value + delta}\n", encoding="ascii")
+    tmp.write_bytes(new)
     tmp.replace(path)
 
 
@@ -932,6 +955,4 @@ def bump_counters(root: str | Path, rng: random.Random, *, seconds: float = 10.0
             _add(root, hwmon / h / "energy1_input", int(power * seconds))
         busy = drm / card / "device" / "gpu_busy_percent"
         if busy.is_file():
-            tmp = root / ".devtree-counter.tmp"
-            tmp.write_text(f"{rng.randint(0, 100)}\n", encoding="ascii")
-            tmp.replace(busy)
+            _rewrite(root, busy, f"{rng.randint(0, 100)}\n".encode("ascii"))
