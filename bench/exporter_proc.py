@@ -63,6 +63,7 @@ def main(argv: Sequence[str]) -> int:
     )
     backend = NvmlBackend(host.nvml, slow_interval_s=settings.source_interval_gpu_slow_s)
     with process.stop_on_signals() as stop:
+        process.raise_open_files_limit()  # as podres export does
         exporter = Exporter(settings, gpu_backend=backend)
         process.tune_gc()  # as podres export does
         exporter.start()

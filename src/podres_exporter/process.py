@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import resource
 import select
 import signal
 import threading
@@ -80,6 +81,27 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+OPEN_FILES_WANTED = 8192
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to :data:`OPEN_FILES_WANTED`, or to the hard
+    limit where that is lower (a container often starts at a soft 1,024 under a hard
+    limit far above it; Go's runtime raises it the same way at start). The exporter keeps
+    the device counter files open between polls (some 2,000 on a large GPU node). Returns
+    the soft limit now; one that cannot be raised is left as it is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (OSError, ValueError) as err:
+            log.warning("open_files_limit_kept", soft=soft, hard=hard, error=str(err))
+            return soft
+        return wanted
+    return soft
 
 
 def ignore_hangup() -> None:

@@ -16,6 +16,7 @@ through a :class:`NodeReader`:
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -45,7 +46,7 @@ from podres_exporter.model import (
 )
 from podres_exporter.settings import Settings
 from podres_exporter.sources.cputopology import TopologyCache, read_topology
-from podres_exporter.sources.devices import StaticCache, read_devices
+from podres_exporter.sources.devices import DEFAULT_OPEN_FILES, StaticCache, read_devices
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
@@ -256,16 +257,26 @@ def gpu_source(backend: GpuBackend, settings: Settings) -> TelemetrySource:
 
 
 def build_sources(
-    settings: Settings, enabled: Iterable[Collector], gpu_backend: GpuBackend | None
+    settings: Settings,
+    enabled: Iterable[Collector],
+    gpu_backend: GpuBackend | None,
+    closers: list[Callable[[], None]] | None = None,
 ) -> dict[str, TelemetrySource]:
-    """The telemetry sources the enabled collectors need, and only those."""
+    """The telemetry sources the enabled collectors need, and only those; what closes
+    the files they keep open is appended to ``closers``."""
     needed = frozenset().union(*(c.needs for c in enabled))
     sources: dict[str, TelemetrySource] = {}
     if "gpu" in needed and gpu_backend is not None:
         sources["gpu"] = gpu_source(gpu_backend, settings)
     if "sysfs" in needed:
         sysfs = settings.path_sysfs
-        static = StaticCache()  # the runner never runs a source twice at once
+        # A quarter of the descriptors this process may open, at most: the rest stay
+        # for connections (see process.raise_open_files_limit).
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        budget = DEFAULT_OPEN_FILES if soft == resource.RLIM_INFINITY else soft // 4
+        static = StaticCache(open_files=min(DEFAULT_OPEN_FILES, budget))
+        if closers is not None:
+            closers.append(static.close)
         sources["sysfs"] = lambda: {"devices": read_devices(sysfs, cache=static)}
     if "cpu" in needed:
         procfs = settings.path_procfs
@@ -370,7 +381,7 @@ class NodeReader:
                 gpu_backend = own_backend = open_nvml_backend(
                     slow_interval_s=settings.source_interval_gpu_slow_s
                 )
-            sources = build_sources(settings, chosen, gpu_backend)
+            sources = build_sources(settings, chosen, gpu_backend, owned)
             if sources:
                 runner = SourceRunner(
                     sources,

@@ -106,7 +106,7 @@ def test_aer_counters_are_read_only_where_the_function_has_them(
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(devices, "_os_open", recording)
-    cache = StaticCache()
+    cache = StaticCache(open_files=0)  # every counter file opened at every read
     first = read_devices(large, cache=cache)
     with_aer = [p for p in first.pci if (real(large, p.address) / "aer_dev_fatal").exists()]
     without = [p for p in first.pci if p not in with_aer]

@@ -150,6 +150,7 @@ def run_export(settings: Settings) -> int:
     """Run the exporter until SIGTERM or SIGINT; SIGHUP runs its reload callbacks (and is
     ignored before and after: ``podres export`` ignores it first thing)."""
     process.configure_logging(settings.log_level, settings.log_format)
+    process.raise_open_files_limit()  # before the reader sizes what it keeps open
     exporter = Exporter(settings)
     process.tune_gc()
     with process.stop_on_signals(reload=exporter.reloads) as stop:

@@ -30,9 +30,12 @@ For a caller that selects by rules of its own (the device plugin),
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
+import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +120,7 @@ def _read_bytes(path: str, dir_fd: int | None = None) -> bytes | None:
 
 def _read(path: str, dir_fd: int | None = None) -> str | None:
     """The stripped text of a sysfs file; None when it cannot be read."""
-    data = _read_bytes(path, dir_fd)
-    return None if data is None else data.decode("utf-8", "replace").strip()
+    return _parse_text(_read_bytes(path, dir_fd))
 
 
 # A directory opened to read its attributes relative to it: one lookup of its path for
@@ -150,13 +152,198 @@ def _ints_in(
 
 def _int(path: str, dir_fd: int | None = None) -> int | None:
     """An integer attribute; None when it cannot be read or does not parse."""
-    data = _read_bytes(path, dir_fd)
+    return _parse_int(_read_bytes(path, dir_fd))
+
+
+def _parse_int(data: bytes | None) -> int | None:
     if data is None:
         return None
     try:
         return int(data)  # the bytes as they are: int() takes ASCII digits and whitespace
     except ValueError:
         return None
+
+
+def _parse_text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace").strip()
+
+
+# ----------------------------------------------------------------- files kept open
+
+# A directory's identity: device, inode and mtime (a replaced device is a new directory).
+_DirId = tuple[int, int, int]
+
+_FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+
+
+class _FdDir:
+    """A directory's attributes, each opened, read and closed relative to the
+    directory's descriptor (a read without a cache)."""
+
+    __slots__ = ("fd",)
+    owner = None  # no files held
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self, name: str) -> bytes | None:
+        return _read_bytes(name, self.fd)
+
+
+class _HeldDir:
+    """The attribute files of one directory, kept open from one read to the next and
+    read again with ``pread`` at offset 0: sysfs then calls the attribute's ``show()``
+    anew, so the value is as fresh as a new open's, for one system call instead of
+    three and no path lookup.
+
+    Valid while the directory has the same identity (:data:`_DirId`): a device that
+    goes makes its open attributes fail with ``ENODEV`` and a new one at the same path
+    is a new directory. On a file system other than sysfs a file replaced by a rename
+    changes the directory's mtime, so it is opened anew too."""
+
+    __slots__ = ("_owner", "files", "ident", "missing", "path")
+
+    def __init__(self, owner: OpenFiles, path: str, ident: _DirId) -> None:
+        self.files: dict[str, int] = {}
+        self.missing: set[str] = set()  # names not there (tried again now and then)
+        self.ident = ident
+        self.path = path
+        # No reference cycle: the files close as soon as their owner is dropped.
+        self._owner = weakref.ref(owner)
+
+    @property
+    def owner(self) -> OpenFiles | None:
+        return self._owner()
+
+    def read(self, name: str) -> bytes | None:
+        fd = self.files.get(name)
+        if fd is None and name in self.missing:
+            return None
+        if fd is not None:
+            try:
+                data = os.pread(fd, _CHUNK, 0)
+            except OSError as err:
+                if err.errno != errno.ENODEV:
+                    return None  # EINVAL (the speed of a link that is down), EIO ...
+                # The attribute went (its device, or a group of attributes, removed):
+                # drop it, and look the name up again in case it was re-created.
+                del self.files[name]
+                os.close(fd)
+                if (owner := self._owner()) is not None:
+                    owner.held -= 1
+            else:
+                return data if len(data) < _CHUNK else _pread_rest(fd, data)
+        try:
+            fd = _os_open(f"{self.path}/{name}", _FILE_FLAGS)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                self.missing.add(name)
+            return None
+        try:
+            value: bytes | None = _read_fd(fd)
+        except OSError:
+            value = None  # kept open all the same: the file is there, its value not now
+        owner = self._owner()
+        if owner is not None and owner.admit():
+            self.files[name] = fd
+        else:
+            os.close(fd)
+        return value
+
+    def close(self) -> int:
+        """Close the files held; how many there were."""
+        for fd in self.files.values():
+            os.close(fd)
+        count = len(self.files)
+        self.files.clear()
+        return count
+
+
+def _pread_rest(fd: int, first: bytes) -> bytes:
+    chunks = [first]
+    offset = len(first)
+    while True:
+        data = os.pread(fd, _CHUNK, offset)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+        offset += len(data)
+
+
+_RETRY_MISSING_EVERY = 30  # reads: 5 minutes at a 10 s poll
+
+DEFAULT_OPEN_FILES = 4096
+"""How many attribute files a poller keeps open at most (see :class:`OpenFiles`)."""
+
+
+class OpenFiles:
+    """The counter files of the devices a poller reads, kept open between polls.
+
+    A large GPU node has some 2,000 of them (11 per network interface); opening,
+    reading and closing each costs three system calls and a path lookup (15 µs on
+    sysfs), re-reading an open one a single ``pread`` (2 µs). The price is kernel
+    memory: sysfs keeps a page-sized buffer for each file read while it is open (about
+    4 KiB, charged to the container's memory cgroup), and a descriptor each. At most
+    ``capacity`` files are held (0: none, every file opened and closed at every
+    read); beyond it, files are read the plain way. A directory not seen by a read is
+    closed at its end, so what is held follows the node.
+    """
+
+    def __init__(self, capacity: int = DEFAULT_OPEN_FILES) -> None:
+        self.capacity = capacity
+        self.held = 0  # descriptors open
+        self._dirs: dict[str, _HeldDir] = {}
+        self._seen: set[str] = set()
+        self._reads = 0
+
+    def __len__(self) -> int:
+        return self.held
+
+    def __del__(self) -> None:
+        self.close()
+
+    def admit(self) -> bool:
+        """Whether one more file may be kept (counted when it may)."""
+        if self.held >= self.capacity:
+            return False
+        self.held += 1
+        return True
+
+    def directory(self, path: str) -> _HeldDir | None:
+        """The held files of the directory at ``path`` (links followed), checked
+        against its identity now; None when it is gone."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        self._seen.add(path)
+        held = self._dirs.get(path)
+        if held is not None:
+            if held.ident == ident:
+                return held
+            self.held -= held.close()
+        held = self._dirs[path] = _HeldDir(self, path, ident)
+        return held
+
+    def begin(self) -> None:
+        self._seen = set()
+        self._reads += 1
+        if self._reads % _RETRY_MISSING_EVERY == 0:
+            # A sysfs directory's mtime does not follow its entries: look for the
+            # attributes that were not there again, now and then.
+            for held in self._dirs.values():
+                held.missing.clear()
+
+    def end(self) -> None:
+        """Close the directories the read did not see."""
+        for path in self._dirs.keys() - self._seen:
+            self.held -= self._dirs.pop(path).close()
+
+    def close(self) -> None:
+        for held in self._dirs.values():
+            self.held -= held.close()
+        self._dirs.clear()
 
 
 def _listdir(path: str) -> list[str]:
@@ -201,12 +388,21 @@ def _hwmon_dirs(parent: str) -> list[str]:
     return [os.path.join(base, name) for _, name in sorted(found)]
 
 
-def _first_int(dirs: Iterable[str], names: Iterable[str]) -> int | None:
-    """The first readable integer among ``dir/name`` for each dir, then each name."""
+def _first_int(
+    dirs: Iterable[str], names: Iterable[str], files: OpenFiles | None = None
+) -> int | None:
+    """The first readable integer among ``dir/name`` for each dir, then each name
+    (through the files ``files`` holds, when given)."""
     wanted = tuple(names)
     for directory in dirs:
+        held = files.directory(directory) if files is not None else None
         for name in wanted:
-            value = _int(os.path.join(directory, name))
+            if held is not None:
+                value = _parse_int(held.read(name))
+            elif files is None:
+                value = _int(os.path.join(directory, name))
+            else:
+                break  # the directory is gone
             if value is not None:
                 return value
     return None
@@ -217,9 +413,6 @@ def _scaled(value: int | None, divisor: float) -> float | None:
 
 
 # ---------------------------------------------------------------------- static cache
-
-# A directory's identity: device, inode and mtime (a replaced device is a new directory).
-_DirId = tuple[int, int, int]
 
 
 def _dir_id(path: str, dir_fd: int | None = None) -> _DirId | None:
@@ -248,64 +441,96 @@ class _PciStatic:
 
 
 class StaticCache:
-    """The static attributes of the PCI functions, kept from one read to the next.
+    """What a poller keeps from one read of the devices to the next: the static
+    attributes of the PCI functions, and the counter files held open
+    (:class:`OpenFiles`, at most ``open_files`` of them).
 
-    Each entry is keyed by the function's sysfs path and valid while its directory has
-    the same identity (device, inode, mtime). An attribute that could not be read is
-    not kept (read again next time). Each read drops the entries of the functions it
-    did not see, so memory follows the node, not its hot-plug history. Pass one cache
-    to one kind of read (the same selection every time); not thread-safe.
+    Each static entry is keyed by the function's sysfs path and valid while its
+    directory has the same identity (device, inode, mtime). An attribute that could not
+    be read is not kept (read again next time). Each read drops the entries of the
+    functions it did not see, so memory follows the node, not its hot-plug history.
+    Pass one cache to one kind of read (the same selection every time). Reads with one
+    cache are serialized; :meth:`close` (from any thread) closes the held files, at the
+    end of a read in progress.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, open_files: int = DEFAULT_OPEN_FILES) -> None:
+        self.files = OpenFiles(open_files)
         self._classes: dict[str, tuple[_DirId, str]] = {}
         self._statics: dict[str, tuple[_DirId, _PciStatic]] = {}
         self._seen_classes: set[str] = set()
         self._seen_statics: set[str] = set()
+        self._lock = threading.Lock()
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._classes) + len(self._statics)
 
     def begin(self) -> None:
         """Start a read: nothing seen yet."""
+        self._lock.acquire()
         self._seen_classes = set()
         self._seen_statics = set()
+        self.files.begin()
 
     def end(self) -> None:
         """End a read: forget what it did not see."""
-        for key in self._classes.keys() - self._seen_classes:
-            del self._classes[key]
-        for key in self._statics.keys() - self._seen_statics:
-            del self._statics[key]
+        try:
+            for key in self._classes.keys() - self._seen_classes:
+                del self._classes[key]
+            for key in self._statics.keys() - self._seen_statics:
+                del self._statics[key]
+            if self._closed:
+                self.files.close()
+            else:
+                self.files.end()
+        finally:
+            self._lock.release()
 
-    def pci_class(self, path: str, dir_fd: int | None = None) -> str | None:
-        """The ``class`` file of the function at ``path`` (open as ``dir_fd`` when
-        given), read once per directory."""
-        ident = _dir_id(path, dir_fd)
+    def close(self) -> None:
+        """Close the held files (now, or when the read in progress ends); later reads
+        hold none."""
+        self._closed = True
+        self.files.capacity = 0
+        if self._lock.acquire(blocking=False):
+            try:
+                self.files.close()
+            finally:
+                self._lock.release()
+
+    def pci_class(self, path: str, ident: _DirId | None = None) -> str | None:
+        """The ``class`` file of the function at ``path`` (whose directory has the
+        identity ``ident``, looked up when not given), read once per directory."""
         if ident is None:
-            return None
+            ident = _dir_id(path)
+            if ident is None:
+                return None
         self._seen_classes.add(path)
         hit = self._classes.get(path)
         if hit is not None and hit[0] == ident:
             return hit[1]
-        value = _read("class", dir_fd) if dir_fd is not None else _read(f"{path}/class")
+        value = _read(f"{path}/class")
         if value is None:
             self._classes.pop(path, None)
         else:
             self._classes[path] = (ident, value)
         return value
 
-    def pci_static(self, path: str, dir_fd: int) -> _PciStatic:
-        """The static attributes of the function at ``path``, open as ``dir_fd``, read
-        once per directory."""
-        ident = _dir_id(path, dir_fd)
-        if ident is not None:
-            self._seen_statics.add(path)
-            hit = self._statics.get(path)
-            if hit is not None and hit[0] == ident:
-                return hit[1]
-        value = _read_pci_static(dir_fd)
-        if ident is not None and value.vendor_id and value.device_id:
+    def pci_static(self, path: str, ident: _DirId) -> _PciStatic:
+        """The static attributes of the function at ``path``, whose directory has the
+        identity ``ident``, read once per directory."""
+        self._seen_statics.add(path)
+        hit = self._statics.get(path)
+        if hit is not None and hit[0] == ident:
+            return hit[1]
+        fd = _open_dir(path)
+        if fd is None:  # gone: nothing kept
+            return _PciStatic("", "", None, None, None, None, aer=False)
+        try:
+            value = _read_pci_static(fd)
+        finally:
+            os.close(fd)
+        if value.vendor_id and value.device_id:
             self._statics[path] = (ident, value)
         else:
             self._statics.pop(path, None)
@@ -326,8 +551,12 @@ def _class_selected(class_id: str | None) -> bool:
 
 
 def _link_speed(path: str, dir_fd: int | None = None) -> float | None:
+    return _parse_link_speed(_read_bytes(path, dir_fd))
+
+
+def _parse_link_speed(data: bytes | None) -> float | None:
     """``"16.0 GT/s PCIe"`` / ``"8 GT/s"`` -> GT/s; ``"Unknown"`` -> None."""
-    text = _read(path, dir_fd)
+    text = _parse_text(data)
     if not text:
         return None
     try:
@@ -338,7 +567,11 @@ def _link_speed(path: str, dir_fd: int | None = None) -> float | None:
 
 
 def _link_width(path: str, dir_fd: int | None = None) -> int | None:
-    width = _int(path, dir_fd)
+    return _parse_link_width(_read_bytes(path, dir_fd))
+
+
+def _parse_link_width(data: bytes | None) -> int | None:
+    width = _parse_int(data)
     return width if width is not None and width > 0 else None
 
 
@@ -346,11 +579,10 @@ _AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
 _NO_AER: Mapping[str, int] = MappingProxyType({})
 
 
-def _aer(path: str, dir_fd: int | None = None) -> Mapping[str, int]:
+def _parse_aer(data: bytes | None) -> Mapping[str, int]:
     """``aer_dev_*`` lines ``"Name count"`` -> {name: count}; empty when absent."""
-    text = _read(path, dir_fd)
     counts: dict[str, int] = {}
-    for line in (text or "").splitlines():
+    for line in (_parse_text(data) or "").splitlines():
         parts = line.split()
         if len(parts) == 2:  # noqa: PLR2004 - the file's lines are NAME VALUE
             try:
@@ -387,15 +619,16 @@ def _exists(path: str, dir_fd: int) -> bool:
     return True
 
 
-def _read_pci(
-    root: str, address: str, class_id: str | None, cache: StaticCache | None
-) -> PciReading | None:
+def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | None:
+    """The function at ``address``, read without a cache."""
     path = os.path.join(root, "bus", "pci", "devices", address)
     fd = _open_dir(path)
     if fd is None:
         return None
     try:
-        reading = _read_pci_at(path, fd, address, class_id, cache)
+        if class_id is None:
+            class_id = _read("class", fd)
+        reading = _read_pci_at(path, _FdDir(fd), address, class_id, _read_pci_static(fd))
     finally:
         os.close(fd)
     if not os.path.isdir(path):  # it went away while we read it
@@ -403,20 +636,41 @@ def _read_pci(
     return reading
 
 
-def _read_pci_at(
-    path: str, fd: int, address: str, class_id: str | None, cache: StaticCache | None
-) -> PciReading:
-    """The function at ``path``, its attributes read relative to its descriptor ``fd``."""
+def _read_pci_cached(
+    path: str, held: _HeldDir, address: str, class_id: str | None, cache: StaticCache
+) -> PciReading | None:
+    """The function at ``path``, its static attributes from ``cache`` and its counters
+    from the files it holds."""
     if class_id is None:
-        class_id = _read("class", fd) if cache is None else cache.pci_class(path, fd)
-    static = _read_pci_static(fd) if cache is None else cache.pci_static(path, fd)
-    driver = _link_name("driver", fd)
+        class_id = cache.pci_class(path, held.ident)
+    static = cache.pci_static(path, held.ident)
+    reading = _read_pci_at(path, held, address, class_id, static)
+    if not os.path.isdir(path):  # it went away while we read it
+        return None
+    return reading
+
+
+def _read_pci_at(
+    path: str,
+    attrs: _FdDir | _HeldDir,
+    address: str,
+    class_id: str | None,
+    static: _PciStatic,
+) -> PciReading:
+    """The function at ``path``, its changing attributes read through ``attrs`` (and
+    its hwmon values through the files ``attrs``'s owner holds, when it has one)."""
+    files = attrs.owner
+    driver = _link_name(f"{path}/driver")
     hwmons = _hwmon_dirs(path)
     nets = _listdir(os.path.join(path, "net"))
     if driver == "virtio-pci":  # virtio-net hangs its interface off a virtioN child
         for child in _listdir(path):
             if child.startswith("virtio"):
                 nets.extend(_listdir(os.path.join(path, child, "net")))
+    if static.aer:
+        correctable, nonfatal, fatal = (_parse_aer(attrs.read(n)) for n in _AER_FILES)
+    else:
+        correctable = nonfatal = fatal = _NO_AER
     return PciReading(
         address=address,
         numa_node=static.numa_node,
@@ -425,15 +679,15 @@ def _read_pci_at(
         class_id=(class_id or "").lower(),
         driver=driver,
         physfn=static.physfn,
-        link_speed_gts=_link_speed("current_link_speed", fd),
-        link_width=_link_width("current_link_width", fd),
+        link_speed_gts=_parse_link_speed(attrs.read("current_link_speed")),
+        link_width=_parse_link_width(attrs.read("current_link_width")),
         max_link_speed_gts=static.max_link_speed_gts,
         max_link_width=static.max_link_width,
-        aer_correctable=_aer(_AER_FILES[0], fd) if static.aer else _NO_AER,
-        aer_nonfatal=_aer(_AER_FILES[1], fd) if static.aer else _NO_AER,
-        aer_fatal=_aer(_AER_FILES[2], fd) if static.aer else _NO_AER,
-        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",)), 1000),
-        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input")), 1e6),
+        aer_correctable=correctable,
+        aer_nonfatal=nonfatal,
+        aer_fatal=fatal,
+        temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",), files), 1000),
+        power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input"), files), 1e6),
         net_interfaces=tuple(sorted(set(nets))),
         infiniband_devices=tuple(sorted(_listdir(os.path.join(path, "infiniband")))),
         drm_cards=tuple(
@@ -449,21 +703,31 @@ def _pci_functions(
     root: str, selection: frozenset[str] | None, cache: StaticCache | None
 ) -> tuple[PciReading, ...]:
     base = os.path.join(root, "bus", "pci", "devices")
-    candidates: list[tuple[str, str | None]] = []
     if selection is None:
-        for name in _listdir(base):
-            address = normalize_pci(name)
-            if address is None:
-                continue
-            path = os.path.join(base, name)
-            class_id = (
-                _read(os.path.join(path, "class")) if cache is None else cache.pci_class(path)
-            )
-            if _class_selected(class_id):
-                candidates.append((address, class_id))
+        names = [(a, n) for n in _listdir(base) if (a := normalize_pci(n)) is not None]
     else:
-        candidates = [(a, None) for a in selection]
-    readings = (_read_pci(root, a, c, cache) for a, c in sorted(candidates))
+        names = [(a, a) for a in selection]
+    readings: list[PciReading | None] = []
+    if cache is None:
+        for address, name in sorted(names):
+            class_id = None
+            if selection is None:
+                class_id = _read(os.path.join(base, name, "class"))
+                if not _class_selected(class_id):
+                    continue
+            readings.append(_read_pci(root, address, class_id))
+    else:
+        for address, name in sorted(names):
+            path = f"{base}/{name}"
+            held = cache.files.directory(path)
+            if held is None:
+                continue
+            class_id = None
+            if selection is None:
+                class_id = cache.pci_class(path, held.ident)
+                if not _class_selected(class_id):
+                    continue
+            readings.append(_read_pci_cached(path, held, address, class_id, cache))
     return tuple(r for r in readings if r is not None)
 
 
@@ -471,23 +735,55 @@ def _pci_functions(
 
 
 def _read_net(root: str, name: str, pci_address: str | None) -> NetReading | None:
+    """The interface ``name``, read without a cache."""
     path = os.path.join(root, "class", "net", name)
     fd = _open_dir(path)
     if fd is None:
         return None
     try:
-        carrier = _int("carrier", fd)
-        speed = _int("speed", fd)
-        stats = _ints_in("statistics", _NET_STATS, fd)
-        operstate = _read("operstate", fd)
+        stats_fd = _open_dir("statistics", fd)
+        try:
+            reading, complete = _net_reading(
+                name, pci_address, _FdDir(fd), None if stats_fd is None else _FdDir(stats_fd)
+            )
+        finally:
+            if stats_fd is not None:
+                os.close(stats_fd)
     finally:
         os.close(fd)
-    # Every attribute read: the interface was there. One missing: it may have gone (or
-    # never was) while we read, which only the directory tells.
-    complete = operstate is not None and None not in stats.values()
-    if not complete and not os.path.isdir(path):
+    return reading if complete or os.path.isdir(path) else None
+
+
+def _read_net_held(
+    root: str, name: str, pci_address: str | None, files: OpenFiles
+) -> NetReading | None:
+    """The interface ``name``, its attributes read from the files ``files`` holds."""
+    path = f"{root}/class/net/{name}"
+    held = files.directory(path)
+    if held is None:
         return None
-    return NetReading(
+    statistics = files.directory(f"{path}/statistics")
+    reading, complete = _net_reading(name, pci_address, held, statistics)
+    return reading if complete or os.path.isdir(path) else None
+
+
+def _net_reading(
+    name: str,
+    pci_address: str | None,
+    attrs: _FdDir | _HeldDir,
+    statistics: _FdDir | _HeldDir | None,
+) -> tuple[NetReading, bool]:
+    """The interface's reading, and whether every attribute was read: with one
+    missing, the interface may have gone (or never was) while it was read, which only
+    its directory tells."""
+    carrier = _parse_int(attrs.read("carrier"))
+    speed = _parse_int(attrs.read("speed"))
+    if statistics is None:
+        stats: dict[str, int | None] = dict.fromkeys(_NET_STATS)
+    else:
+        stats = {stat: _parse_int(statistics.read(stat)) for stat in _NET_STATS}
+    operstate = _parse_text(attrs.read("operstate"))
+    reading = NetReading(
         interface=name,
         pci_address=pci_address,
         operstate=operstate or "unknown",
@@ -495,6 +791,7 @@ def _read_net(root: str, name: str, pci_address: str | None) -> NetReading | Non
         speed_mbps=speed if speed is not None and speed >= 0 else None,
         **stats,
     )
+    return reading, operstate is not None and None not in stats.values()
 
 
 def _valid_name(name: str) -> bool:
@@ -502,7 +799,10 @@ def _valid_name(name: str) -> bool:
 
 
 def _net_interfaces(
-    root: str, interfaces: Iterable[str] | None, selection: frozenset[str] | None
+    root: str,
+    interfaces: Iterable[str] | None,
+    selection: frozenset[str] | None,
+    files: OpenFiles | None = None,
 ) -> tuple[NetReading, ...]:
     base = os.path.join(root, "class", "net")
     chosen: list[tuple[str, str | None]] = []
@@ -515,38 +815,55 @@ def _net_interfaces(
             address = _device_pci_address(os.path.join(base, name))
             if address is not None and (selection is None or address in selection):
                 chosen.append((name, address))
-    readings = (_read_net(root, name, address) for name, address in chosen)
+    if files is None:
+        readings = [_read_net(root, name, address) for name, address in chosen]
+    else:
+        readings = [_read_net_held(root, name, address, files) for name, address in chosen]
     return tuple(r for r in readings if r is not None)
 
 
 # ------------------------------------------------------------------------ InfiniBand
 
 
-def _counters(directory: str) -> dict[str, int]:
+def _counters(directory: str, files: OpenFiles | None) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for name in _listdir(directory):
-        value = _int(os.path.join(directory, name))
+    names = _listdir(directory)
+    held = files.directory(directory) if files is not None and names else None
+    for name in names:
+        if held is not None:
+            value = _parse_int(held.read(name))
+        else:
+            value = _int(os.path.join(directory, name))
         if value is not None:
             counts[name] = value
     return counts
 
 
-def _read_ib_port(device_dir: str, device: str, port: int, address: str | None) -> IbPortReading:
+def _read_ib_port(
+    device_dir: str, device: str, port: int, address: str | None, files: OpenFiles | None
+) -> IbPortReading:
     path = os.path.join(device_dir, "ports", str(port))
-    state = _read(os.path.join(path, "state")) or ""
-    counters = _counters(os.path.join(path, "counters"))
-    counters.update(_counters(os.path.join(path, "hw_counters")))
+    held = files.directory(path) if files is not None else None
+    if held is not None:
+        state, rate = _parse_text(held.read("state")), _parse_text(held.read("rate"))
+    else:
+        state, rate = _read(os.path.join(path, "state")), _read(os.path.join(path, "rate"))
+    counters = _counters(os.path.join(path, "counters"), files)
+    counters.update(_counters(os.path.join(path, "hw_counters"), files))
+    state = state or ""
     return IbPortReading(
         device=device,
         port=port,
         pci_address=address,
         state=state.partition(":")[2].strip() if ":" in state else state,
-        rate=_read(os.path.join(path, "rate")) or "",
+        rate=rate or "",
         counters=MappingProxyType(dict(sorted(counters.items()))),
     )
 
 
-def _infiniband(root: str, selection: frozenset[str] | None) -> tuple[IbPortReading, ...]:
+def _infiniband(
+    root: str, selection: frozenset[str] | None, files: OpenFiles | None = None
+) -> tuple[IbPortReading, ...]:
     base = os.path.join(root, "class", "infiniband")
     out: list[IbPortReading] = []
     for device in sorted(_listdir(base)):
@@ -555,7 +872,7 @@ def _infiniband(root: str, selection: frozenset[str] | None) -> tuple[IbPortRead
         if selection is not None and address not in selection:
             continue
         ports = sorted(int(p) for p in _listdir(os.path.join(device_dir, "ports")) if p.isdigit())
-        readings = [_read_ib_port(device_dir, device, port, address) for port in ports]
+        readings = [_read_ib_port(device_dir, device, port, address, files) for port in ports]
         if os.path.isdir(device_dir):
             out.extend(readings)
     return tuple(out)
@@ -680,14 +997,25 @@ def read_devices(
     if pci_addresses is not None:
         normalized = (normalize_pci(a) for a in pci_addresses)
         selection = frozenset(a for a in normalized if a is not None)
-    if cache is not None:
-        cache.begin()
-    devices = SysfsDevices(
+    if cache is None:
+        return _read_all(root, selection, interfaces, None)
+    cache.begin()
+    try:
+        return _read_all(root, selection, interfaces, cache)
+    finally:
+        cache.end()
+
+
+def _read_all(
+    root: str,
+    selection: frozenset[str] | None,
+    interfaces: Iterable[str] | None,
+    cache: StaticCache | None,
+) -> SysfsDevices:
+    files = None if cache is None else cache.files
+    return SysfsDevices(
         pci=_pci_functions(root, selection, cache),
-        net=_net_interfaces(root, interfaces, selection),
-        infiniband=_infiniband(root, selection),
+        net=_net_interfaces(root, interfaces, selection, files),
+        infiniband=_infiniband(root, selection, files),
         drm=_drm(root, selection),
     )
-    if cache is not None:
-        cache.end()
-    return devices
