@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import NamedTuple
 
 from podres_exporter.errors import SourceError
 from podres_exporter.ids import normalize_pci
@@ -201,11 +202,12 @@ class _HeldDir:
     is a new directory. On a file system other than sysfs a file replaced by a rename
     changes the directory's mtime, so it is opened anew too."""
 
-    __slots__ = ("_owner", "files", "ident", "missing", "path")
+    __slots__ = ("_owner", "files", "ident", "lost", "missing", "path")
 
     def __init__(self, owner: OpenFiles, path: str, ident: _DirId) -> None:
         self.files: dict[str, int] = {}
         self.missing: set[str] = set()  # names not there (tried again now and then)
+        self.lost = 0  # reads that found a file gone (ENODEV) or not there (ENOENT)
         self.ident = ident
         self.path = path
         # No reference cycle: the files close as soon as their owner is dropped.
@@ -227,6 +229,7 @@ class _HeldDir:
                     return None  # EINVAL (the speed of a link that is down), EIO ...
                 # The attribute went (its device, or a group of attributes, removed):
                 # drop it, and look the name up again in case it was re-created.
+                self.lost += 1
                 del self.files[name]
                 os.close(fd)
                 if (owner := self._owner()) is not None:
@@ -237,6 +240,7 @@ class _HeldDir:
             fd = _os_open(f"{self.path}/{name}", _FILE_FLAGS)
         except OSError as err:
             if err.errno == errno.ENOENT:
+                self.lost += 1
                 self.missing.add(name)
             return None
         try:
@@ -619,6 +623,26 @@ def _exists(path: str, dir_fd: int) -> bool:
     return True
 
 
+class _Children(NamedTuple):
+    """The devices each PCI function carries (address -> names), read from the class
+    directories (``class/net`` ...) whose entries' links name their function: the same
+    names as the function's ``net/``, ``infiniband/``, ``drm/`` and ``hwmon/``, without
+    listing those four directories of every function at every poll."""
+
+    net: dict[str, list[str]]
+    infiniband: dict[str, list[str]]
+    drm: dict[str, list[str]]
+    hwmon: dict[str, list[str]]
+
+
+class _Known(NamedTuple):
+    """What is known of a PCI function before its changing attributes are read."""
+
+    address: str
+    class_id: str | None
+    static: _PciStatic
+
+
 def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | None:
     """The function at ``address``, read without a cache."""
     path = os.path.join(root, "bus", "pci", "devices", address)
@@ -628,7 +652,8 @@ def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | Non
     try:
         if class_id is None:
             class_id = _read("class", fd)
-        reading = _read_pci_at(path, _FdDir(fd), address, class_id, _read_pci_static(fd))
+        known = _Known(address, class_id, _read_pci_static(fd))
+        reading = _read_pci_at(path, _FdDir(fd), known, None)
     finally:
         os.close(fd)
     if not os.path.isdir(path):  # it went away while we read it
@@ -636,47 +661,40 @@ def _read_pci(root: str, address: str, class_id: str | None) -> PciReading | Non
     return reading
 
 
-def _read_pci_cached(
-    path: str, held: _HeldDir, address: str, class_id: str | None, cache: StaticCache
-) -> PciReading | None:
-    """The function at ``path``, its static attributes from ``cache`` and its counters
-    from the files it holds."""
-    if class_id is None:
-        class_id = cache.pci_class(path, held.ident)
-    static = cache.pci_static(path, held.ident)
-    reading = _read_pci_at(path, held, address, class_id, static)
-    if not os.path.isdir(path):  # it went away while we read it
-        return None
-    return reading
-
-
 def _read_pci_at(
-    path: str,
-    attrs: _FdDir | _HeldDir,
-    address: str,
-    class_id: str | None,
-    static: _PciStatic,
+    path: str, attrs: _FdDir | _HeldDir, known: _Known, children: _Children | None
 ) -> PciReading:
     """The function at ``path``, its changing attributes read through ``attrs`` (and
-    its hwmon values through the files ``attrs``'s owner holds, when it has one)."""
+    its hwmon values through the files ``attrs``'s owner holds, when it has one); the
+    devices it carries listed from its directory, or taken from ``children``."""
     files = attrs.owner
+    static = known.static
     driver = _link_name(f"{path}/driver")
-    hwmons = _hwmon_dirs(path)
-    nets = _listdir(os.path.join(path, "net"))
-    if driver == "virtio-pci":  # virtio-net hangs its interface off a virtioN child
-        for child in _listdir(path):
-            if child.startswith("virtio"):
-                nets.extend(_listdir(os.path.join(path, child, "net")))
+    if children is None:
+        hwmons = _hwmon_dirs(path)
+        nets = _listdir(f"{path}/net")
+        if driver == "virtio-pci":  # virtio-net hangs its interface off a virtioN child
+            for child in _listdir(path):
+                if child.startswith("virtio"):
+                    nets.extend(_listdir(f"{path}/{child}/net"))
+        hcas = _listdir(f"{path}/infiniband")
+        cards = [n for n in _listdir(f"{path}/drm") if _CARD.match(n)]
+    else:
+        address = known.address
+        hwmons = [f"{path}/hwmon/{n}" for n in children.hwmon.get(address, ())]
+        nets = children.net.get(address, [])
+        hcas = children.infiniband.get(address, [])
+        cards = children.drm.get(address, [])
     if static.aer:
         correctable, nonfatal, fatal = (_parse_aer(attrs.read(n)) for n in _AER_FILES)
     else:
         correctable = nonfatal = fatal = _NO_AER
     return PciReading(
-        address=address,
+        address=known.address,
         numa_node=static.numa_node,
         vendor_id=static.vendor_id,
         device_id=static.device_id,
-        class_id=(class_id or "").lower(),
+        class_id=(known.class_id or "").lower(),
         driver=driver,
         physfn=static.physfn,
         link_speed_gts=_parse_link_speed(attrs.read("current_link_speed")),
@@ -689,46 +707,69 @@ def _read_pci_at(
         temperature_celsius=_scaled(_first_int(hwmons, ("temp1_input",), files), 1000),
         power_watts=_scaled(_first_int(hwmons, ("power1_average", "power1_input"), files), 1e6),
         net_interfaces=tuple(sorted(set(nets))),
-        infiniband_devices=tuple(sorted(_listdir(os.path.join(path, "infiniband")))),
-        drm_cards=tuple(
-            sorted(
-                (n for n in _listdir(os.path.join(path, "drm")) if _CARD.match(n)),
-                key=lambda n: int(n[4:]),
-            )
-        ),
+        infiniband_devices=tuple(sorted(hcas)),
+        drm_cards=tuple(sorted(cards, key=lambda n: int(n[4:]))),
     )
 
 
 def _pci_functions(
-    root: str, selection: frozenset[str] | None, cache: StaticCache | None
+    root: str,
+    selection: frozenset[str] | None,
+    cache: StaticCache | None,
+    children: _Children | None = None,
 ) -> tuple[PciReading, ...]:
-    base = os.path.join(root, "bus", "pci", "devices")
+    base = f"{root}/bus/pci/devices"
     if selection is None:
         names = [(a, n) for n in _listdir(base) if (a := normalize_pci(n)) is not None]
     else:
         names = [(a, a) for a in selection]
-    readings: list[PciReading | None] = []
+    readings: list[PciReading] = []
     if cache is None:
         for address, name in sorted(names):
             class_id = None
             if selection is None:
-                class_id = _read(os.path.join(base, name, "class"))
+                class_id = _read(f"{base}/{name}/class")
                 if not _class_selected(class_id):
                     continue
-            readings.append(_read_pci(root, address, class_id))
-    else:
-        for address, name in sorted(names):
-            path = f"{base}/{name}"
-            held = cache.files.directory(path)
-            if held is None:
-                continue
-            class_id = None
-            if selection is None:
-                class_id = cache.pci_class(path, held.ident)
-                if not _class_selected(class_id):
-                    continue
-            readings.append(_read_pci_cached(path, held, address, class_id, cache))
-    return tuple(r for r in readings if r is not None)
+            if (uncached := _read_pci(root, address, class_id)) is not None:
+                readings.append(uncached)
+        return tuple(readings)
+    for address, name in sorted(names):
+        path = f"{base}/{name}"
+        held = cache.files.directory(path)
+        if held is None:
+            continue
+        class_id = cache.pci_class(path, held.ident)
+        if selection is None and not _class_selected(class_id):
+            continue
+        known = _Known(address, class_id, cache.pci_static(path, held.ident))
+        lost = held.lost
+        reading = _read_pci_at(path, held, known, children)
+        # Gone while it was read? Then a file held failed (ENODEV) or one not held was
+        # not found: only then is its directory asked.
+        if held.lost == lost or os.path.isdir(path):
+            readings.append(reading)
+    return tuple(readings)
+
+
+def _hwmon_children(root: str) -> dict[str, list[str]]:
+    """``class/hwmon``'s devices by the PCI function they hang off (address ->
+    ``hwmonN`` names, by N): each entry links to ``.../<function>/hwmon/hwmonN``."""
+    base = f"{root}/class/hwmon"
+    found: dict[str, list[str]] = {}
+    numbered = sorted(
+        (int(m.group(1)), name) for name in _listdir(base) if (m := _HWMON.match(name))
+    )
+    for _, name in numbered:
+        try:
+            parts = os.readlink(f"{base}/{name}").rstrip("/").split("/")
+        except OSError:
+            continue
+        if len(parts) >= 3 and parts[-2] == "hwmon" and parts[-1] == name:  # noqa: PLR2004
+            address = normalize_pci(parts[-3])
+            if address is not None:
+                found.setdefault(address, []).append(name)
+    return found
 
 
 # ------------------------------------------------------------------------------- net
@@ -803,17 +844,24 @@ def _net_interfaces(
     interfaces: Iterable[str] | None,
     selection: frozenset[str] | None,
     files: OpenFiles | None = None,
+    found: dict[str, list[str]] | None = None,
 ) -> tuple[NetReading, ...]:
-    base = os.path.join(root, "class", "net")
+    """The interfaces; with ``interfaces`` None, ``found`` (when given) gets the names
+    of each PCI function's (address -> names)."""
+    base = f"{root}/class/net"
     chosen: list[tuple[str, str | None]] = []
     if interfaces is not None:
         for name in sorted({i.strip() for i in interfaces}):
             if _valid_name(name):
-                chosen.append((name, _device_pci_address(os.path.join(base, name))))
+                chosen.append((name, _device_pci_address(f"{base}/{name}")))
     else:
         for name in sorted(_listdir(base)):
-            address = _device_pci_address(os.path.join(base, name))
-            if address is not None and (selection is None or address in selection):
+            address = _device_pci_address(f"{base}/{name}")
+            if address is None:
+                continue
+            if found is not None:
+                found.setdefault(address, []).append(name)
+            if selection is None or address in selection:
                 chosen.append((name, address))
     if files is None:
         readings = [_read_net(root, name, address) for name, address in chosen]
@@ -862,13 +910,19 @@ def _read_ib_port(
 
 
 def _infiniband(
-    root: str, selection: frozenset[str] | None, files: OpenFiles | None = None
+    root: str,
+    selection: frozenset[str] | None,
+    files: OpenFiles | None = None,
+    found: dict[str, list[str]] | None = None,
 ) -> tuple[IbPortReading, ...]:
+    """The ports; ``found`` (when given) gets each PCI function's devices."""
     base = os.path.join(root, "class", "infiniband")
     out: list[IbPortReading] = []
     for device in sorted(_listdir(base)):
         device_dir = os.path.join(base, device)
         address = _device_pci_address(device_dir)
+        if found is not None and address is not None:
+            found.setdefault(address, []).append(device)
         if selection is not None and address not in selection:
             continue
         ports = sorted(int(p) for p in _listdir(os.path.join(device_dir, "ports")) if p.isdigit())
@@ -920,7 +974,10 @@ def _read_card(root: str, card: str, address: str | None) -> DrmCardReading | No
     return reading
 
 
-def _drm(root: str, selection: frozenset[str] | None) -> tuple[DrmCardReading, ...]:
+def _drm(
+    root: str, selection: frozenset[str] | None, found: dict[str, list[str]] | None = None
+) -> tuple[DrmCardReading, ...]:
+    """The cards; ``found`` (when given) gets each PCI function's cards."""
     base = os.path.join(root, "class", "drm")
     cards = sorted(
         ((int(m.group(1)), name) for name in _listdir(base) if (m := _CARD.match(name))),
@@ -928,6 +985,8 @@ def _drm(root: str, selection: frozenset[str] | None) -> tuple[DrmCardReading, .
     out: list[DrmCardReading] = []
     for _, card in cards:
         address = _device_pci_address(os.path.join(base, card))
+        if found is not None and address is not None:
+            found.setdefault(address, []).append(card)
         if selection is not None and address not in selection:
             continue
         reading = _read_card(root, card, address)
@@ -1012,10 +1071,21 @@ def _read_all(
     interfaces: Iterable[str] | None,
     cache: StaticCache | None,
 ) -> SysfsDevices:
-    files = None if cache is None else cache.files
-    return SysfsDevices(
-        pci=_pci_functions(root, selection, cache),
-        net=_net_interfaces(root, interfaces, selection, files),
-        infiniband=_infiniband(root, selection, files),
-        drm=_drm(root, selection),
-    )
+    if cache is None:
+        return SysfsDevices(
+            pci=_pci_functions(root, selection, None),
+            net=_net_interfaces(root, interfaces, selection),
+            infiniband=_infiniband(root, selection),
+            drm=_drm(root, selection),
+        )
+    files = cache.files
+    # The class directories first: what they list gives each PCI function's devices
+    # (unless only some interfaces are read).
+    children = _Children({}, {}, {}, {})
+    net = _net_interfaces(root, interfaces, selection, files, children.net)
+    infiniband = _infiniband(root, selection, files, children.infiniband)
+    drm = _drm(root, selection, children.drm)
+    if interfaces is None:
+        children.hwmon.update(_hwmon_children(root))
+    pci = _pci_functions(root, selection, cache, children if interfaces is None else None)
+    return SysfsDevices(pci=pci, net=net, infiniband=infiniband, drm=drm)
