@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -89,6 +90,40 @@ def test_a_signal_wakes_the_wait_without_its_polling(
         t.join()
     assert reason == "signal SIGTERM"
     assert len(timers) == 2, "the SIGHUP ran the reload"
+
+
+def test_without_an_event_the_wait_never_wakes_by_itself(
+    monkeypatch: pytest.MonkeyPatch, sentinels: dict[signal.Signals, Handler]
+) -> None:
+    """Given no event (the exporter), the wait polls its pipe with no timeout: an idle
+    daemon's main thread sleeps until a signal. Given one, it looks at it every
+    _POLL_S."""
+    timeouts: list[float | None] = []
+    real_poll = select.poll
+
+    class Recording:
+        def __init__(self) -> None:
+            self._poll = real_poll()
+
+        def register(self, fd: int, mask: int) -> None:
+            self._poll.register(fd, mask)
+
+        def poll(self, timeout: float | None = None) -> list[tuple[int, int]]:
+            timeouts.append(timeout)
+            return self._poll.poll(timeout)
+
+    monkeypatch.setattr(select, "poll", Recording)
+    with process.stop_on_signals() as stop:
+        timer = kill_self_soon(signal.SIGTERM)
+        assert stop.wait() == "signal SIGTERM"
+    timer.join()
+    assert timeouts and set(timeouts) == {None}
+    timeouts.clear()
+    event = threading.Event()
+    threading.Timer(0.1, event.set).start()
+    with process.stop_on_signals(event) as stop:
+        assert stop.wait() == "stop requested"
+    assert timeouts and set(timeouts) == {process._POLL_S * 1000}
 
 
 def test_wait_for_signal_returns_the_reason(sentinels: dict[signal.Signals, Handler]) -> None:

@@ -121,12 +121,15 @@ class Stop:
     every ``Event.wait``, and would deadlock there; a reload callback takes locks and
     logs. So the handlers only record the signal (:meth:`signalled`, :meth:`hangup`)
     and write a byte to a pipe of the Stop's own, which :meth:`wait` watches: it wakes
-    at once, turns a stop into the event and runs the reloads. The event, which another
-    thread may set, is looked at every ``_POLL_S``. :meth:`close` closes the pipe.
+    at once, turns a stop into the event and runs the reloads. An event given, which
+    another thread may set, is looked at every ``_POLL_S``; without one, the wait sleeps
+    until a signal (a daemon's idle main thread never wakes). :meth:`close` closes the
+    pipe.
     """
 
     def __init__(self, event: threading.Event | None = None, reload: Iterable[Reload] = ()) -> None:
         self.event = event if event is not None else threading.Event()
+        self._poll_ms = None if event is None else _POLL_S * 1000  # None: no timeout
         self.reason = "stop requested"
         self.reloads: list[Reload] = list(reload)
         self._signal: str | None = None
@@ -158,7 +161,7 @@ class Stop:
         while self._signal is None and not self.event.is_set():
             if self._hangups != self._handled:
                 self._reload()
-            elif woken.poll(_POLL_S * 1000):
+            elif woken.poll(self._poll_ms):
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._woken, 512)
         if self._signal is not None:
