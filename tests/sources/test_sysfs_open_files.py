@@ -67,7 +67,18 @@ def test_counters_are_read_again_from_the_files_kept_open(
     assert len(net_and_pci) >= 11 * len(first.net)
     bump_counters(large, random.Random(3), seconds=5)
     opened.clear()
+    links: list[str] = []
+    real_readlink = os.readlink
+
+    def readlink(path: str, *args: Any, **kwargs: Any) -> str:
+        links.append(path)
+        return real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", readlink)
     second = read_devices(large, cache=cache)
+    monkeypatch.setattr(os, "readlink", real_readlink)
+    # An interface's device link is read once per interface directory.
+    assert links and not [p for p in links if "/class/net/" in p]
     # DRM attributes are not held, and a GPU's busy percentage, whose text can get
     # shorter, is replaced by the simulator, which makes its function's files new ones.
     drm = {f"/{p.address}/" for p in first.pci if p.drm_cards}

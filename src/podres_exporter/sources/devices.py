@@ -202,12 +202,15 @@ class _HeldDir:
     is a new directory. On a file system other than sysfs a file replaced by a rename
     changes the directory's mtime, so it is opened anew too."""
 
-    __slots__ = ("_owner", "files", "ident", "lost", "missing", "path")
+    __slots__ = ("_owner", "device", "files", "ident", "lost", "missing", "path")
 
     def __init__(self, owner: OpenFiles, path: str, ident: _DirId) -> None:
         self.files: dict[str, int] = {}
         self.missing: set[str] = set()  # names not there (tried again now and then)
         self.lost = 0  # reads that found a file gone (ENODEV) or not there (ENOENT)
+        # The PCI function its ``device`` link names, once read (a network interface's
+        # parent device does not change while its directory is the same one).
+        self.device: tuple[str | None] | None = None
         self.ident = ident
         self.path = path
         # No reference cycle: the files close as soon as their owner is dropped.
@@ -315,7 +318,11 @@ class OpenFiles:
 
     def directory(self, path: str) -> _HeldDir | None:
         """The held files of the directory at ``path`` (links followed), checked
-        against its identity now; None when it is gone."""
+        against its identity once per read; None when it is gone."""
+        if path in self._seen:
+            held = self._dirs.get(path)
+            if held is not None:
+                return held
         try:
             st = os.stat(path)
         except OSError:
@@ -856,7 +863,7 @@ def _net_interfaces(
                 chosen.append((name, _device_pci_address(f"{base}/{name}")))
     else:
         for name in sorted(_listdir(base)):
-            address = _device_pci_address(f"{base}/{name}")
+            address = _net_address(f"{base}/{name}", files)
             if address is None:
                 continue
             if found is not None:
@@ -868,6 +875,19 @@ def _net_interfaces(
     else:
         readings = [_read_net_held(root, name, address, files) for name, address in chosen]
     return tuple(r for r in readings if r is not None)
+
+
+def _net_address(path: str, files: OpenFiles | None) -> str | None:
+    """The PCI function of the interface at ``path``; with ``files``, its ``device``
+    link is read once per interface directory."""
+    if files is None:
+        return _device_pci_address(path)
+    held = files.directory(path)
+    if held is None:
+        return None
+    if held.device is None:
+        held.device = (_device_pci_address(path),)
+    return held.device[0]
 
 
 # ------------------------------------------------------------------------ InfiniBand
