@@ -394,8 +394,11 @@ TICKED = (b"podres_net_receive_bytes_total{", b"podres_cpu_busy_seconds_total{")
 
 
 def ticked(exp: footprint.Daemon) -> float:
-    """The sum of the counters in :data:`TICKED` that ``exp`` serves now."""
-    status, body = footprint.get(exp.url + "/metrics")
+    """The sum of the counters in :data:`TICKED` that ``exp`` serves now, asked in the
+    format the steady scrapers ask for: a text scrape would have every poll of the next
+    ten minutes render the text format too (``exposition.ASKED_RECENT_S``), which a
+    Prometheus never asks for."""
+    status, body = footprint.get(exp.url + "/metrics", {"Accept": OPENMETRICS})
     assert status == http.HTTPStatus.OK, status
     return sum(
         float(line.rsplit(b" ", 1)[1]) for line in body.splitlines() if line.startswith(TICKED)
