@@ -9,6 +9,7 @@ import pytest
 from podres_exporter.cli import main
 from podres_exporter.errors import ConfigError
 from podres_exporter.options import (
+    Count,
     Duration,
     Option,
     Size,
@@ -18,7 +19,8 @@ from podres_exporter.options import (
     parse_listen_address,
     parse_size,
 )
-from podres_exporter.settings import BY_FLAG, OPTIONS, build
+from podres_exporter.settings import BY_FLAG, DEFAULT_OPEN_FILES, OPTIONS, build
+from podres_exporter.sources import devices
 
 NAMES = ("cpu", "devices")
 
@@ -167,7 +169,7 @@ def test_sizes_and_addresses() -> None:
 
 # ------------------------------------------------------------------------------ bounds
 
-BOUNDED = [o for o in OPTIONS if isinstance(o.parse, Duration | Size)]
+BOUNDED = [o for o in OPTIONS if isinstance(o.parse, Duration | Size | Count)]
 
 
 def test_every_duration_and_size_has_an_upper_bound() -> None:
@@ -177,7 +179,7 @@ def test_every_duration_and_size_has_an_upper_bound() -> None:
         "--kubelet-max-message-size", "--kubelet-timeout", "--poll-interval",
         "--kubelet-backoff-initial", "--kubelet-backoff-max", "--kubelet-empty-confirm",
         "--source-timeout", "--source-interval.gpu", "--source-interval.gpu-slow",
-        "--source-interval.sysfs", "--source-interval.cpu",
+        "--source-interval.sysfs", "--source-interval.cpu", "--sysfs-open-files",
     }  # fmt: skip
     assert not [o.flag for o in OPTIONS if o.parse in (parse_duration, parse_size)]
     assert BY_FLAG["--kubelet-max-message-size"].limit == "max 1Gi"  # gRPC stops at 2 GiB
@@ -187,6 +189,8 @@ def _over(opt: Option) -> str:
     """A value just above ``opt``'s bound."""
     if isinstance(opt.parse, Size):
         return str(opt.parse.max_bytes + 1)
+    if isinstance(opt.parse, Count):
+        return str(opt.parse.max_count + 1)
     assert isinstance(opt.parse, Duration)
     return f"{opt.parse.max_s + 1:g}s"
 
@@ -210,12 +214,26 @@ def test_a_value_over_the_bound_names_the_key_wherever_it_came_from(
         assert "more than the maximum" in str(info.value)
     if isinstance(opt.parse, Size):
         at_bound = format_size(opt.parse.max_bytes)
+    elif isinstance(opt.parse, Count):
+        at_bound = str(opt.parse.max_count)
     else:
         assert isinstance(opt.parse, Duration)
         at_bound = format_duration(opt.parse.max_s)
     relation = {"--kubelet-backoff-initial": {"--kubelet-backoff-max": at_bound}}
     value = getattr(build({opt.flag: at_bound, **relation.get(opt.flag, {})}, {}), opt.attr)
     assert value == opt.parse(at_bound)
+
+
+def test_sysfs_open_files_takes_a_count_from_zero() -> None:
+    """--sysfs-open-files: 4096 by default (the devices source's own default), 0 holds
+    none; anything but a whole number is refused naming the flag and the value."""
+    opt = BY_FLAG["--sysfs-open-files"]
+    assert build({}, {}).sysfs_open_files == DEFAULT_OPEN_FILES == devices.DEFAULT_OPEN_FILES
+    assert build({opt.flag: "0"}, {}).sysfs_open_files == 0
+    assert build({}, {opt.env: "512"}).sysfs_open_files == 512
+    for bad in ("-1", "1.5", "lots", "", "٣"):
+        with pytest.raises(ConfigError, match=f"invalid value for {opt.flag} .*whole number"):
+            build({opt.flag: bad}, {})
 
 
 FLOORS = {

@@ -192,6 +192,34 @@ class Size:
         return f"max {format_size(self.max_bytes)}"
 
 
+@dataclass(frozen=True, slots=True)
+class Count:
+    """The parser of a count option, 0 to ``max_count`` (see :func:`count`)."""
+
+    max_count: int
+
+    def __call__(self, raw: Any) -> int:
+        if isinstance(raw, bool) or not isinstance(raw, str | int):
+            raise ValueError(f"expected a whole number, got {describe(raw)}")
+        text = str(raw).strip()
+        if not text.isdigit() or not text.isascii():
+            raise ValueError(f"{shown(text)} is not a whole number of 0 or more")
+        if len(text.lstrip("0")) > len(str(self.max_count)) or int(text) > self.max_count:
+            raise ValueError(f"{shown(text)} is more than the maximum, {self.max_count}")
+        return int(text)
+
+    @property
+    def limit(self) -> str:
+        return f"max {self.max_count}"
+
+
+def count(*, max_count: int) -> Count:
+    """A parser of whole numbers from 0 to ``max_count`` (the help shows the bound)."""
+    if max_count <= 0:
+        raise ValueError("max_count must be positive")
+    return Count(max_count)
+
+
 def duration(*, max_s: float, min_s: float | None = None, zero: bool = False) -> Duration:
     """A duration parser refusing more than ``max_s`` seconds and, when given, less than
     ``min_s`` (a floor below which the value only loads a peer or fails every call); the

@@ -46,7 +46,7 @@ from podres_exporter.model import (
 )
 from podres_exporter.settings import Settings
 from podres_exporter.sources.cputopology import TopologyCache, read_topology
-from podres_exporter.sources.devices import DEFAULT_OPEN_FILES, StaticCache, read_devices
+from podres_exporter.sources.devices import StaticCache, read_devices
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
@@ -273,8 +273,10 @@ def build_sources(
         # A quarter of the descriptors this process may open, at most: the rest stay
         # for connections (see process.raise_open_files_limit).
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        budget = DEFAULT_OPEN_FILES if soft == resource.RLIM_INFINITY else soft // 4
-        static = StaticCache(open_files=min(DEFAULT_OPEN_FILES, budget))
+        budget = settings.sysfs_open_files
+        if soft != resource.RLIM_INFINITY:
+            budget = min(budget, soft // 4)
+        static = StaticCache(open_files=budget)
         if closers is not None:
             closers.append(static.close)
         sources["sysfs"] = lambda: {"devices": read_devices(sysfs, cache=static)}

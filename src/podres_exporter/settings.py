@@ -25,6 +25,7 @@ from podres_exporter.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.options import (
     Option,
     check_at_most,
+    count,
     duration,
     parse_bool,
     parse_listen_address,
@@ -44,6 +45,10 @@ DEFAULT_LISTEN = ":9842"
 MIN_POLL_S = 0.05
 """--poll-interval at least 50ms: two kubelet calls a reading, 40 a second at most, under
 the kubelet's pod-resources rate limit (100 calls a second, shared by all its clients)."""
+
+DEFAULT_OPEN_FILES = 4096  # sources.devices.DEFAULT_OPEN_FILES, for the same reason
+MAX_OPEN_FILES = 65536
+"""--sysfs-open-files: a large GPU node has some 2,000 counter files; 64Ki is far beyond any."""
 
 MAX_MESSAGE_BYTES = 2**30
 """--kubelet-max-message-size at most 1Gi: gRPC refuses 2Gi and more (its limit is 2^31-1
@@ -113,6 +118,13 @@ OPTIONS: tuple[Option, ...] = (
            duration(max_s=3600.0, zero=True), 0.0,
            "Least time between two readings of the per-CPU times in /proc/stat. 0 (the "
            "default): every poll. At most 1h."),
+    Option("--sysfs-open-files", "sysfs_open_files", count(max_count=MAX_OPEN_FILES),
+           DEFAULT_OPEN_FILES,
+           "Most device counter files kept open between polls and read again with one pread "
+           "(11 per network interface; opening one costs three system calls and a path "
+           "lookup). Each costs about 4 KiB of kernel memory on sysfs, charged to the pod. At "
+           "most a quarter of the open-file limit is used. 0: every file is opened and closed "
+           "at every poll. At most 65536."),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
@@ -146,6 +158,7 @@ class Settings:
     source_interval_gpu_slow_s: float
     source_interval_sysfs_s: float
     source_interval_cpu_s: float
+    sysfs_open_files: int
     gpu_resources: tuple[str, ...]
     log_level: str
     log_format: str
