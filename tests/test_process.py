@@ -126,6 +126,30 @@ def test_without_an_event_the_wait_never_wakes_by_itself(
     assert timeouts and set(timeouts) == {process._POLL_S * 1000}
 
 
+def test_a_signal_delivered_to_another_thread_wakes_the_wait(
+    sentinels: dict[signal.Signals, Handler],
+) -> None:
+    """With SIGTERM blocked on the main thread the kernel delivers it to another one; the
+    interpreter's handler there writes to the wake-up fd, and the wait, which has no
+    timeout, ends (else the test's timeout ends the test)."""
+    go = threading.Event()
+
+    def kill_when_told() -> None:  # started before the block, so SIGTERM is open here
+        go.wait(10)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=kill_when_told)
+    killer.start()
+    with process.stop_on_signals() as stop:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            go.set()
+            assert stop.wait() == "signal SIGTERM"
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    killer.join()
+
+
 def test_wait_for_signal_returns_the_reason(sentinels: dict[signal.Signals, Handler]) -> None:
     """wait_for_signal: the same wait in one call."""
     timer = kill_self_soon(signal.SIGTERM)

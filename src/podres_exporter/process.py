@@ -121,7 +121,9 @@ class Stop:
     every ``Event.wait``, and would deadlock there; a reload callback takes locks and
     logs. So the handlers only record the signal (:meth:`signalled`, :meth:`hangup`)
     and write a byte to a pipe of the Stop's own, which :meth:`wait` watches: it wakes
-    at once, turns a stop into the event and runs the reloads. An event given, which
+    at once, turns a stop into the event and runs the reloads; a signal delivered to
+    another thread wakes it through the same pipe (:func:`stop_on_signals` makes it the
+    interpreter's wake-up fd). An event given, which
     another thread may set, is looked at every ``_POLL_S``; without one, the wait sleeps
     until a signal (a daemon's idle main thread never wakes). :meth:`close` closes the
     pipe.
@@ -148,6 +150,11 @@ class Stop:
         """Record a SIGHUP and wake the wait; safe in a signal handler (no lock)."""
         self._hangups += 1
         self._wake_up()
+
+    @property
+    def wakeup_fd(self) -> int:
+        """The write end of the wake-up pipe (for ``signal.set_wakeup_fd``)."""
+        return self._wake
 
     def _wake_up(self) -> None:
         with contextlib.suppress(OSError):  # a full pipe already wakes it; a closed one, none
@@ -220,13 +227,20 @@ def stop_on_signals(
         stop.hangup()
 
     previous: dict[signal.Signals, Any] = {}
+    previous_wakeup: int | None = None
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, handler)
         previous[RELOAD_SIGNAL] = signal.signal(RELOAD_SIGNAL, hangup)
+        # A signal may be delivered to any thread: the interpreter's own handler then
+        # writes to this fd, which wakes the wait at once (the Python handlers run on
+        # the main thread only, once it runs again).
+        previous_wakeup = signal.set_wakeup_fd(stop.wakeup_fd, warn_on_full_buffer=False)
     try:
         yield stop
     finally:
+        if previous_wakeup is not None:
+            signal.set_wakeup_fd(previous_wakeup)
         for sig, h in previous.items():
             keep_alive = sig == RELOAD_SIGNAL and h in (signal.SIG_DFL, None)
             signal.signal(sig, signal.SIG_IGN if keep_alive else h)
