@@ -21,7 +21,10 @@ A poller passes a :class:`StaticCache` to read each PCI function's static attrib
 (class, vendor and device ids, NUMA node, SR-IOV parent, maximum link) once instead of
 on every poll: they are kept while the function's directory is the same one (its inode
 and mtime), so a function that is removed, replaced or hot-plugged is read anew, and one
-no longer listed leaves the cache.
+no longer listed leaves the cache. The cache also keeps the changing attributes' files
+open between polls (:class:`OpenFiles`: one ``pread`` a file instead of an open, a read
+and a close), and takes the devices each PCI function carries from the class
+directories (``class/net`` ...) rather than listing the function's own.
 
 For a caller that selects by rules of its own (the device plugin),
 ``pci_function_addresses`` and ``net_interface_names`` list what there is, and
@@ -135,20 +138,6 @@ def _open_dir(path: str, dir_fd: int | None = None) -> int | None:
         return _os_open(path, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
-
-
-def _ints_in(
-    directory: str, names: Iterable[str], dir_fd: int | None = None
-) -> dict[str, int | None]:
-    """Integer attributes of one directory (relative to ``dir_fd`` when given), opened
-    relative to it (one path lookup)."""
-    fd = _open_dir(directory, dir_fd)
-    if fd is None:
-        return dict.fromkeys(names)
-    try:
-        return {name: _int(name, fd) for name in names}
-    finally:
-        os.close(fd)
 
 
 def _int(path: str, dir_fd: int | None = None) -> int | None:
@@ -426,16 +415,6 @@ def _scaled(value: int | None, divisor: float) -> float | None:
 # ---------------------------------------------------------------------- static cache
 
 
-def _dir_id(path: str, dir_fd: int | None = None) -> _DirId | None:
-    """The identity of the directory at ``path`` (links followed), or of the one open
-    as ``dir_fd`` when given; None when it is gone."""
-    try:
-        st = os.stat(path) if dir_fd is None else os.fstat(dir_fd)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns)
-
-
 @dataclass(frozen=True, slots=True)
 class _PciStatic:
     """What a PCI function's sysfs files say that does not change while it exists."""
@@ -509,13 +488,9 @@ class StaticCache:
             finally:
                 self._lock.release()
 
-    def pci_class(self, path: str, ident: _DirId | None = None) -> str | None:
-        """The ``class`` file of the function at ``path`` (whose directory has the
-        identity ``ident``, looked up when not given), read once per directory."""
-        if ident is None:
-            ident = _dir_id(path)
-            if ident is None:
-                return None
+    def pci_class(self, path: str, ident: _DirId) -> str | None:
+        """The ``class`` file of the function at ``path``, whose directory has the
+        identity ``ident``, read once per directory."""
         self._seen_classes.add(path)
         hit = self._classes.get(path)
         if hit is not None and hit[0] == ident:
