@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import zlib
 from collections.abc import Callable, Iterable
 from functools import partial
 
@@ -290,6 +291,41 @@ class Setup:
 
     def counts(self) -> tuple[int, int]:
         return self.family_calls, self.renders
+
+
+def _one_member(data: bytes) -> bytes:
+    """``data`` decoded as a single gzip member, as curl and other first-member readers
+    do; nothing may follow it."""
+    member = zlib.decompressobj(wbits=31)
+    out = member.decompress(data) + member.flush()
+    assert member.eof and member.unused_data == b""
+    return out
+
+
+def test_a_gzipped_body_is_one_member_with_the_live_part_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cached part compressed at the poll, then the scrape's live part as stored
+    deflate blocks and the trailer: one gzip member whose CRC and length cover both
+    (zlib checks them), equal to the plain body but for the live values."""
+    s = Setup(monkeypatch)
+    s.poller.poll_once()
+    for openmetrics in (False, True):
+        zipped = s.exposition.body(openmetrics=openmetrics, gz=True)
+        plain = s.exposition.body(openmetrics=openmetrics, gz=False)
+        assert _one_member(zipped) == gzip.decompress(zipped)
+        assert not_live(_one_member(zipped)) == not_live(plain)
+        assert _one_member(zipped).endswith(b"# EOF\n" if openmetrics else b"\n")
+
+
+@pytest.mark.parametrize("live_bytes", [0, 1, 65535, 65536, 200_000])
+def test_a_live_part_of_any_length_ends_the_member(live_bytes: int) -> None:
+    """Stored blocks hold at most 65,535 bytes: a longer live part takes several, the
+    last one final; an empty one, one empty final block."""
+    cached = b"podres_pods 1.0\n" * 5000
+    live = bytes(i % 251 for i in range(live_bytes))
+    zipped = exposition.Exposition._compress(cached).finish(live)
+    assert _one_member(zipped) == cached + live
 
 
 def test_a_scrape_after_a_publish_renders_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

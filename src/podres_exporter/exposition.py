@@ -18,6 +18,7 @@ generated families), without validating our known label names on every sample.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 import zlib
@@ -336,22 +337,45 @@ def render_families(
 # ----------------------------------------------------------------------- the exposition
 
 
+@dataclass(frozen=True, slots=True)
+class _Gzipped:
+    """A cached part as the start of a gzip member: its header and deflate stream, ended
+    on a byte boundary by a sync flush (no final block yet), and the CRC-32 and length
+    of what it holds, for the trailer."""
+
+    head: bytes
+    crc: int
+    size: int
+
+    def finish(self, live: bytes) -> bytes:
+        """The whole member: ``live`` after the cached part, as stored deflate blocks
+        (the last one final; no compression to run per scrape for a few KB), then the
+        trailer. One member: decoders that read only the first, as curl does, see it
+        all."""
+        blocks = []
+        for start in range(0, max(len(live), 1), _STORED_MAX):
+            chunk = live[start : start + _STORED_MAX]
+            final = start + _STORED_MAX >= len(live)
+            blocks.append(struct.pack("<BHH", final, len(chunk), len(chunk) ^ 0xFFFF) + chunk)
+        size = (self.size + len(live)) & 0xFFFFFFFF
+        return b"".join((self.head, *blocks, struct.pack("<II", zlib.crc32(live, self.crc), size)))
+
+
+_STORED_MAX = 0xFFFF  # the most bytes a stored deflate block holds
+
+
 @dataclass(slots=True)
 class _Rendered:
-    """One view's cached part per format, and per format the gzip stream after it: its
-    output so far and the compressor to copy for each scrape's live part."""
+    """One view's cached part per format, and per format that part gzipped (the start of
+    a gzip member that each scrape's live part ends)."""
 
     plain: dict[bool, bytes] = field(default_factory=dict)
-    gzip: dict[bool, tuple[bytes, zlib._Compress]] = field(default_factory=dict)
+    gzip: dict[bool, _Gzipped] = field(default_factory=dict)
 
-    def part(self, openmetrics: bool, gz: bool) -> tuple[bytes, zlib._Compress | None] | None:
-        """The cached part in this format, and with ``gz`` that part compressed and a copy
-        of its compressor; None when it is not rendered (or compressed) yet."""
-        if not gz:
-            plain = self.plain.get(openmetrics)
-            return None if plain is None else (plain, None)
-        stream = self.gzip.get(openmetrics)
-        return None if stream is None else (stream[0], stream[1].copy())
+    def part(self, openmetrics: bool, gz: bool) -> bytes | _Gzipped | None:
+        """The cached part in this format, gzipped with ``gz``; None when it is not
+        rendered (or compressed) yet."""
+        return self.gzip.get(openmetrics) if gz else self.plain.get(openmetrics)
 
 
 def _generation(view: NodeView | None) -> int:
@@ -400,12 +424,13 @@ class Exposition:
         return plain[: -len(_EOF)] if openmetrics and plain.endswith(_EOF) else plain
 
     @staticmethod
-    def _compress(plain: bytes) -> tuple[bytes, zlib._Compress]:
-        # wbits 31: a gzip member (header, deflate, CRC and size trailer). The sync flush
-        # puts out everything pending now, so that a scrape's copy of the compressor
-        # compresses only the live part, not the head's last block again.
+    def _compress(plain: bytes) -> _Gzipped:
+        # wbits 31: a gzip member's header and deflate stream. The sync flush puts out
+        # everything pending and ends on a byte boundary, where a scrape appends its live
+        # part as stored blocks, and the trailer.
         compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
-        return compressor.compress(plain) + compressor.flush(zlib.Z_SYNC_FLUSH), compressor
+        head = compressor.compress(plain) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        return _Gzipped(head, zlib.crc32(plain), len(plain))
 
     def prepare(self, view: NodeView) -> None:
         """Render ``view`` before it becomes current (the Store calls this in the poll
@@ -437,13 +462,10 @@ class Exposition:
                 _generation(view): rendered
             }
 
-    def _cached(
-        self, view: NodeView | None, openmetrics: bool, gz: bool
-    ) -> tuple[bytes, zlib._Compress | None]:
-        """The view's cached part, and with ``gz`` that part compressed and a copy of the
-        compressor, so each scrape only compresses its live part into the same gzip
-        member. Rendered here only when :meth:`prepare` did not (one lock hold: a new
-        view between the two would otherwise mix generations)."""
+    def _cached(self, view: NodeView | None, openmetrics: bool, gz: bool) -> bytes | _Gzipped:
+        """The view's cached part, gzipped with ``gz`` (the start of the gzip member each
+        scrape's live part ends). Rendered here only when :meth:`prepare` did not (one
+        lock hold: a new view between the two would otherwise mix generations)."""
         generation = _generation(view)
         with self._lock:
             rendered = self._views.get(generation)
@@ -502,25 +524,16 @@ class Exposition:
         if part is None:
             return None
         self._asked_at[openmetrics] = self._clock()
-        return self._finish(view, openmetrics, *part)
+        return self._finish(view, openmetrics, part)
 
     def body(self, *, openmetrics: bool, gz: bool) -> bytes:
         """The full exposition; when ``gz``, one gzip member (decoders that read only
         the first member, as curl does, see it all)."""
         self._asked_at[openmetrics] = self._clock()
         view = self._store.current()
-        head, compressor = self._cached(view, openmetrics, gz)
-        return self._finish(view, openmetrics, head, compressor)
+        return self._finish(view, openmetrics, self._cached(view, openmetrics, gz))
 
-    def _finish(
-        self,
-        view: NodeView | None,
-        openmetrics: bool,
-        head: bytes,
-        compressor: zlib._Compress | None,
-    ) -> bytes:
-        """The cached part followed by the live part, into the same gzip member."""
+    def _finish(self, view: NodeView | None, openmetrics: bool, part: bytes | _Gzipped) -> bytes:
+        """The cached part followed by the live part (into the same gzip member)."""
         live = self._live_part(view, openmetrics)
-        if compressor is None:
-            return head + live
-        return head + compressor.compress(live) + compressor.flush()
+        return part + live if isinstance(part, bytes) else part.finish(live)
