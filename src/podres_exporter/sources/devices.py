@@ -381,11 +381,17 @@ def _device_pci_address(directory: str) -> str | None:
     return None
 
 
+def _numbered(directory: str, pattern: re.Pattern[str]) -> list[str]:
+    """The entries of ``directory`` that ``pattern`` matches (``hwmon3``, ``card0``), by
+    the number it captures."""
+    found = [(int(m.group(1)), name) for name in _listdir(directory) if (m := pattern.match(name))]
+    return [name for _, name in sorted(found)]
+
+
 def _hwmon_dirs(parent: str) -> list[str]:
     """``parent/hwmon/hwmonN`` directories, by N."""
     base = os.path.join(parent, "hwmon")
-    found = [(int(m.group(1)), name) for name in _listdir(base) if (m := _HWMON.match(name))]
-    return [os.path.join(base, name) for _, name in sorted(found)]
+    return [os.path.join(base, name) for name in _numbered(base, _HWMON)]
 
 
 def _first_int(
@@ -739,10 +745,7 @@ def _hwmon_children(root: str) -> dict[str, list[str]]:
     ``hwmonN`` names, by N): each entry links to ``.../<function>/hwmon/hwmonN``."""
     base = f"{root}/class/hwmon"
     found: dict[str, list[str]] = {}
-    numbered = sorted(
-        (int(m.group(1)), name) for name in _listdir(base) if (m := _HWMON.match(name))
-    )
-    for _, name in numbered:
+    for name in _numbered(base, _HWMON):
         try:
             parts = os.readlink(f"{base}/{name}").rstrip("/").split("/")
         except OSError:
@@ -974,11 +977,8 @@ def _drm(
 ) -> tuple[DrmCardReading, ...]:
     """The cards; ``found`` (when given) gets each PCI function's cards."""
     base = os.path.join(root, "class", "drm")
-    cards = sorted(
-        ((int(m.group(1)), name) for name in _listdir(base) if (m := _CARD.match(name))),
-    )
     out: list[DrmCardReading] = []
-    for _, card in cards:
+    for card in _numbered(base, _CARD):
         address = _device_pci_address(os.path.join(base, card))
         if found is not None and address is not None:
             found.setdefault(address, []).append(card)
