@@ -132,6 +132,37 @@ def test_metrics_gzip_when_accepted_and_not_when_refused(serve: Serve) -> None:
     assert daemon.asked == [(False, True), (False, False)]
 
 
+def test_negotiation_is_per_request_whether_remembered_or_not(serve: Serve) -> None:
+    """Requests alternating between formats and encodings on one connection, with short
+    headers (their negotiation remembered) and long ones (not), each get theirs."""
+    server, daemon = serve()
+    padding = ", ".join(f"text/x-{i};q=0.1" for i in range(120))  # some 2 KB
+    asks = [
+        ({"Accept": OPENMETRICS, "Accept-Encoding": "gzip"}, (True, True)),
+        ({"Accept": "text/plain"}, (False, False)),
+        ({"Accept": f"{OPENMETRICS}, {padding}"}, (True, False)),
+        ({"Accept": OPENMETRICS, "Accept-Encoding": "gzip"}, (True, True)),
+        (
+            {"Accept": f"text/plain, {padding}", "Accept-Encoding": f"gzip, {padding}"},
+            (False, True),
+        ),
+        ({"Accept": "text/plain"}, (False, False)),
+    ]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        for headers, (openmetrics, gz) in asks:
+            conn.request("GET", "/metrics", headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+            assert (response.getheader("Content-Encoding") == "gzip") is gz
+            assert (gzip.decompress(body) if gz else body) == (
+                b"# EOF\n" if openmetrics else b"up 1\n"
+            )
+    finally:
+        conn.close()
+    assert daemon.asked == [ask for _, ask in asks]
+
+
 def test_health_and_readiness_answer_with_their_text(serve: Serve) -> None:
     """/healthz and /readyz: 200 or 503, the check's line as the body."""
     server, daemon = serve()

@@ -194,6 +194,64 @@ def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(serve: S
         assert time.monotonic() - start >= 0.25
 
 
+def test_a_connection_busy_past_every_deadline_stays_open(serve: Serve) -> None:
+    """The deadlines move with each request: a connection that asks again and again,
+    for longer than the head and idle deadlines together, is never cut off."""
+    server = serve(limits=Limits(head_timeout_s=0.3, idle_timeout_s=0.3))
+    with connect(server) as sock:
+        start = time.monotonic()
+        answered, answered_at = 0, start
+        while time.monotonic() - start < 1.5:  # five times either deadline
+            time.sleep(0.1)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock)[0] == 200
+            answered, answered_at = answered + 1, time.monotonic()
+        assert answered >= 10  # one request per 0.1 s
+        assert closed_by_server(sock, 5)  # then idle: closed at the idle deadline
+        assert time.monotonic() - answered_at >= 0.25
+
+
+def test_a_head_arriving_a_byte_at_a_time_is_answered(serve: Serve) -> None:
+    """A head in one-byte segments (a CR and its LF apart) within its deadline is read
+    whole; a second request sent along with the end of the first is answered next."""
+    server = serve(limits=Limits(head_timeout_s=5))
+    first = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: slow\r\n\r\n"
+    second = b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with connect(server) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for byte in first[:-1]:
+            sock.sendall(bytes([byte]))
+            time.sleep(0.001)
+        sock.sendall(first[-1:] + second[:20])
+        assert read_response(sock)[::2] == (200, b"ok\n")
+        sock.sendall(second[20:])
+        assert read_response(sock)[::2] == (200, b"ready\n")
+
+
+def test_a_client_that_does_not_read_is_dropped_at_the_write_deadline(
+    serve: Serve, debug_logs: list[structlog.typing.EventDict]
+) -> None:
+    """A response the client leaves unread is given write_timeout_s, then the connection
+    is dropped (one debug event) and the server goes on serving."""
+    server = serve(site(b"x" * (64 << 20)), limits=Limits(write_timeout_s=0.5))
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(5)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        start = time.monotonic()
+        deadline = start + 5
+        while not any(e["event"] == "http_write_timeout" for e in debug_logs):
+            assert time.monotonic() < deadline, debug_logs
+            time.sleep(0.02)
+        assert time.monotonic() - start >= 0.45
+        assert closed_by_server(sock, 5)  # what was sent, then the end (or a reset)
+    assert get(server, "/healthz") == 200
+    assert [e["event"] for e in debug_logs if e["event"].startswith("http_")] == [
+        "http_write_timeout"
+    ]
+
+
 # ---------------------------------------------------------------------- sizes, caps
 
 

@@ -25,15 +25,18 @@ import contextlib
 import errno
 import gzip
 import html
+import math
 import re
 import resource
 import socket
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from email.utils import formatdate
+from functools import lru_cache
 from http import HTTPStatus
 from typing import Protocol
 
@@ -141,6 +144,18 @@ def registry_metrics(registry: CollectorRegistry) -> MetricsBody:
 
 
 # ------------------------------------------------------------------------- negotiation
+
+
+def _negotiated(accept: str, accept_encoding: str | None) -> tuple[bool, str, bool]:
+    """Whether a ``/metrics`` request with these headers gets OpenMetrics, its content
+    type, and whether it is gzipped."""
+    _, content_type = choose_encoder(accept)
+    openmetrics = content_type.startswith("application/openmetrics-text")
+    return openmetrics, content_type, accepts_gzip(accept_encoding)
+
+
+# A scraper sends the same headers every time: the answers for short ones are remembered.
+_negotiate = lru_cache(maxsize=64)(_negotiated)
 
 
 def _qvalue(params: list[str]) -> float | None:
@@ -273,6 +288,12 @@ _CONNECTION_ERRNOS = frozenset(
 # How much of a refused request is read (and dropped) at a time before closing.
 _DISCARD_BYTES = 16 * 1024
 
+# Request heads, and negotiated headers, up to this many bytes are remembered (a
+# scraper sends the same ones every time: parsed once, not at every scrape) ...
+_REMEMBERED = 1024
+# ... this many of them.
+_REMEMBERED_HEADS = 64
+
 _PROBES = frozenset({"/healthz", "/readyz"})
 _METHODS = frozenset({"GET", "HEAD"})
 _VERSIONS = frozenset({"HTTP/1.0", "HTTP/1.1"})
@@ -330,22 +351,25 @@ class _Request:
     path: str
     version: str
     headers: dict[str, str]
+    keep_alive: bool  # whether the client keeps the connection after the answer
+    has_body: bool  # whether a body follows the head (refused: none is expected)
 
-    @property
-    def keep_alive(self) -> bool:
-        tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
-        if self.version == "HTTP/1.1":
-            return "close" not in tokens
-        return "keep-alive" in tokens
 
-    @property
-    def has_body(self) -> bool:
-        length = self.headers.get("content-length", "0").strip()
-        return "transfer-encoding" in self.headers or length != "0"
+def _keeps_alive(version: str, headers: dict[str, str]) -> bool:
+    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+    if version == "HTTP/1.1":
+        return "close" not in tokens
+    return "keep-alive" in tokens
+
+
+def _has_body(headers: dict[str, str]) -> bool:
+    length = headers.get("content-length", "0").strip()
+    return "transfer-encoding" in headers or length != "0"
 
 
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.6.2
 _NOT_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # controls but tab (RFC 9110 5.5)
+_BARE_LF = re.compile(rb"(?<!\r)\n")
 _NOT_IN_PART = re.compile(rb"[\x00-\x20\x7f]")  # request-line parts: no control, no space
 
 
@@ -381,7 +405,10 @@ def _parse_head(head: bytes) -> _Request | None:
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
     if version == "HTTP/1.1" and hosts != 1:
         return None
-    return _Request(method, target.split("?", 1)[0], version, headers)
+    path = target.split("?", 1)[0]
+    return _Request(
+        method, path, version, headers, _keeps_alive(version, headers), _has_body(headers)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +423,12 @@ def _text(status: HTTPStatus, text: str, *headers: tuple[str, str]) -> _Response
     return _Response(status, f"{text}\n".encode(), _TEXT, headers)
 
 
+@lru_cache(maxsize=2)
+def _http_date(second: int) -> str:
+    """The ``Date`` header's value for the Unix time ``second`` (written once a second)."""
+    return formatdate(second, usegmt=True)
+
+
 def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) -> bytes:
     """The status line and headers of ``response``, then ``extra`` (the web config's,
     encoded when it was loaded: nothing here can fail to encode);
@@ -404,7 +437,7 @@ def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) ->
     lines = [
         f"HTTP/1.1 {status.value} {status.phrase}",
         "Server: podres",  # the product alone: no version of ours or of Python
-        f"Date: {formatdate(usegmt=True)}",
+        f"Date: {_http_date(int(time.time()))}",
         f"Content-Type: {response.content_type}",
         f"Content-Length: {len(response.body)}",
     ]
@@ -458,10 +491,20 @@ def _drop(transport: asyncio.WriteTransport) -> None:
 @dataclass(eq=False, slots=True)
 class _Connection:
     """One open connection: whether a request of it is in flight (stop lets it finish,
-    and the cap never closes it for a newcomer)."""
+    and the cap never closes it for a newcomer), and the deadline of what it waits for.
+
+    The deadline moves at every phase of every request (the head, the response's
+    write, the idle wait for the next request) by an assignment: its timer fires at
+    the deadline it was set for and only then looks at where the deadline is now
+    (a connection scraped back to back sets a timer every few seconds, not three
+    per request)."""
 
     task: asyncio.Task[None] | None = None
     busy: bool = False
+    deadline: float = math.inf  # loop time; inf while nothing is awaited under a deadline
+    phase: str = ""  # what the deadline is for, named in the event when it passes
+    timer: asyncio.TimerHandle | None = None
+    pending: bytes = b""  # read past the last request's head: the next one's start
 
 
 @dataclass(slots=True)
@@ -520,6 +563,7 @@ class WebServer:
         self._pool: ThreadPoolExecutor | None = None
         self._probe_pool: ThreadPoolExecutor | None = None
         self._auth_pool: ThreadPoolExecutor | None = None
+        self._heads: dict[bytes, _Request | None] = {}  # parsed heads; the loop's alone
 
     @property
     def port(self) -> int:
@@ -728,6 +772,8 @@ class WebServer:
         finally:
             self._state.connections.discard(conn)
             self._state.idle.pop(conn, None)
+            if conn.timer is not None:
+                conn.timer.cancel()
             if writer is not None:
                 _drop(writer.transport)
             else:
@@ -766,10 +812,10 @@ class WebServer:
         """Serve requests on one connection until it closes, idles out or misbehaves."""
         first: bytes | None = b""  # a new connection's first request has no idle wait
         while first is not None and not self._state.stopping:
-            head = await self._read_head(reader, writer, first)
+            head = await self._read_head(conn, reader, writer, first)
             if head is None:
                 return
-            request = _parse_head(head)
+            request = self._parse(head)
             refusal = self._refusal_for(request)
             if refusal is not None:
                 await self._refuse_and_close(reader, writer, refusal)
@@ -778,7 +824,7 @@ class WebServer:
             conn.busy = True
             self._state.idle.pop(conn, None)
             try:
-                keep_alive = await self._respond(request, writer)
+                keep_alive = await self._respond(conn, request, writer)
             finally:
                 conn.busy = False
                 if conn in self._state.connections:
@@ -786,57 +832,120 @@ class WebServer:
             if not keep_alive or self._state.stopping:
                 await self._close(writer)
                 return
-            first = await self._next_request(reader)
+            first = await self._next_request(conn, reader)
 
-    async def _next_request(self, reader: asyncio.StreamReader) -> bytes | None:
-        """A kept-alive connection's next request's first byte; None when the connection
-        idles out (closed quietly, as clients expect) or the client leaves."""
+    def _parse(self, head: bytes) -> _Request | None:
+        """:func:`_parse_head`, remembered for short heads (a scraper's is the same at
+        every scrape)."""
+        heads = self._heads
+        if head in heads:
+            return heads[head]
+        request = _parse_head(head)
+        if len(head) <= _REMEMBERED:
+            if len(heads) >= _REMEMBERED_HEADS:
+                heads.clear()
+            heads[head] = request
+        return request
+
+    # ---------------------------------------------------------------- deadlines
+
+    def _expect(self, conn: _Connection, seconds: float, phase: str) -> None:
+        """Give ``conn`` ``seconds`` for ``phase``: its timer is set anew only when it
+        would fire after the new deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        conn.deadline, conn.phase = deadline, phase
+        timer = conn.timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            conn.timer = loop.call_at(deadline, self._watch, conn)
+
+    def _watch(self, conn: _Connection) -> None:
+        """``conn``'s timer: the deadline has passed (the connection is dropped, with a
+        debug event for the head's and the write's), moved on (wait for it), or is
+        off (nothing to wait for)."""
+        conn.timer = None
+        loop = asyncio.get_running_loop()
+        if conn.deadline == math.inf or conn.task is None or conn.task.done():
+            return
+        if conn.deadline > loop.time():
+            conn.timer = loop.call_at(conn.deadline, self._watch, conn)
+            return
+        limits = self.limits
+        if conn.phase == "head":
+            log.debug("http_request_head_timeout", timeout_s=limits.head_timeout_s)
+        elif conn.phase == "write":
+            log.debug("http_write_timeout", timeout_s=limits.write_timeout_s)
+        conn.task.cancel()  # _connection drops the connection
+
+    # ---------------------------------------------------------------- requests
+
+    async def _next_request(self, conn: _Connection, reader: asyncio.StreamReader) -> bytes | None:
+        """A kept-alive connection's next request's first bytes; None when the client
+        leaves. A connection that idles out is dropped (closed quietly, as clients
+        expect)."""
+        if conn.pending:  # pipelined: it came with the last one
+            first, conn.pending = conn.pending, b""
+            return first
+        self._expect(conn, self.limits.idle_timeout_s, "idle")
         try:
-            async with asyncio.timeout(self.limits.idle_timeout_s):
-                return await reader.read(1) or None
-        except (TimeoutError, OSError):
+            return await reader.read(self.limits.max_head_bytes + 1) or None
+        except OSError:
             return None
 
     async def _read_head(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes
+        self,
+        conn: _Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        first: bytes,
     ) -> bytes | None:
         """The request head that starts with ``first``; None when the connection is to
-        close (the client left or missed the head's deadline; a head too large is
-        answered 431, a line ending in a bare LF 400 at once)."""
-        limits = self.limits
+        close (the client left; a head too large is answered 431, a line ending in a
+        bare LF 400 at once). A head not complete by its deadline drops the connection."""
+        self._expect(conn, self.limits.head_timeout_s, "head")
         try:
-            async with asyncio.timeout(limits.head_timeout_s):
-                head = await self._head_lines(reader, first)
-        except TimeoutError:
-            log.debug("http_request_head_timeout", timeout_s=limits.head_timeout_s)
-            return None
+            head = await self._head_lines(conn, reader, first)
         except asyncio.LimitOverrunError:
+            conn.deadline = math.inf
             status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
             refusal = _refusal(status, "request head too large", self._extra())
             await self._refuse_and_close(reader, writer, refusal)
             return None
         except (asyncio.IncompleteReadError, OSError):
             return None  # the client closed or reset the connection
+        conn.deadline = math.inf  # the answer is not due by the head's deadline
         if head is None:
             refusal = _refusal(HTTPStatus.BAD_REQUEST, "bad request", self._extra())
             await self._refuse_and_close(reader, writer, refusal)
         return head
 
-    async def _head_lines(self, reader: asyncio.StreamReader, first: bytes) -> bytes | None:
-        """The head's lines through the blank one; None at the first line that ends in a
-        bare LF (no waiting for a CRLF CRLF that will not come). LimitOverrunError past
-        ``max_head_bytes``."""
-        head = bytearray()
-        line = first if first.endswith(b"\n") else first + await reader.readuntil(b"\n")
+    async def _head_lines(
+        self, conn: _Connection, reader: asyncio.StreamReader, first: bytes
+    ) -> bytes | None:
+        """The head through its blank line, from ``first`` on, read as it arrives (what
+        follows the head, a pipelined request, is kept for the next one); None as soon
+        as a line ends in a bare LF (no waiting for a CRLF CRLF that will not come).
+        LimitOverrunError past ``max_head_bytes``; IncompleteReadError when the client
+        stops sending first."""
+        limit = self.limits.max_head_bytes
+        data, seen = first, 0  # seen: bytes already searched (for an end and a bare LF)
         while True:
-            head += line
-            if len(head) > self.limits.max_head_bytes:
-                raise asyncio.LimitOverrunError("request head too large", len(head))
-            if not line.endswith(b"\r\n"):
+            end = data.find(b"\r\n\r\n", max(0, seen - 3))
+            stop = len(data) if end < 0 else end + 4
+            if _BARE_LF.search(data, max(0, seen - 1), stop):
                 return None
-            if line == b"\r\n":
-                return bytes(head)
-            line = await reader.readuntil(b"\n")
+            if stop > limit:
+                raise asyncio.LimitOverrunError("request head too large", stop)
+            if end >= 0:
+                conn.pending = data[stop:]
+                return data[:stop]
+            seen = len(data)
+            more = await reader.read(limit + 1 - seen)
+            if not more:
+                raise asyncio.IncompleteReadError(data, None)
+            data += more
 
     def _extra(self) -> bytes:
         """The configured response headers (of the last configuration the provider gave)."""
@@ -854,7 +963,9 @@ class WebServer:
             return _refusal(HTTPStatus.BAD_REQUEST, "a request body is not accepted", extra)
         return None
 
-    async def _respond(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
+    async def _respond(
+        self, conn: _Connection, request: _Request, writer: asyncio.StreamWriter
+    ) -> bool:
         """Answer ``request`` (its work in a pool); whether the connection stays open."""
         response, extra = await self._response(request)
         keep_alive = request.keep_alive and not self._state.stopping
@@ -864,26 +975,31 @@ class WebServer:
             connection = "keep-alive" if request.version == "HTTP/1.0" else None
         head = _head_bytes(response, connection=connection, extra=extra)
         body = b"" if request.method == "HEAD" else response.body
+        self._expect(conn, self.limits.write_timeout_s, "write")
         try:
-            async with asyncio.timeout(self.limits.write_timeout_s):
-                await self._write(writer, head, body)
-        except (OSError, TimeoutError) as err:
+            await self._write(writer, head, body)
+        except OSError as err:
             log.debug("http_client_gone", path=request.path, error=str(err) or type(err).__name__)
             return False
+        conn.deadline = math.inf
         return keep_alive
 
     @staticmethod
     async def _write(writer: asyncio.StreamWriter, head: bytes, body: bytes) -> None:
         """``head`` and ``body``: in one write when the body is small, else in slices.
 
-        The loop runs between slices, so that a connection lost meanwhile is noticed
-        before the next slice: asyncio warns on stderr about every write to a lost
-        connection past the fifth, and a TLS stream learns of the loss only then."""
+        Unless the kernel took the whole slice, the loop runs before the next, so that a
+        connection lost meanwhile is noticed first: asyncio warns on stderr about every
+        write to a lost connection past the fifth, and a TLS stream learns of the loss
+        only then."""
         view = memoryview(body)
+        transport = writer.transport
+        tls = writer.get_extra_info("ssl_object") is not None
         for start in range(0, max(len(body), 1), _WRITE_SLICE):
             if start:
-                await asyncio.sleep(0)
-                if writer.transport.is_closing():
+                if tls or transport.get_write_buffer_size():
+                    await asyncio.sleep(0)
+                if transport.is_closing():
                     raise ConnectionResetError("the client closed the connection")
             piece = view[start : start + _WRITE_SLICE]
             writer.write(head + piece if start == 0 else piece)
@@ -984,9 +1100,9 @@ class WebServer:
     def _metrics_response(request: _Request, body: Callable[..., bytes | None]) -> _Response | None:
         """``/metrics`` in the format and encoding ``request`` asks for, by ``body``;
         None when ``body`` has none (``metrics_ready`` with nothing cached)."""
-        _, content_type = choose_encoder(request.headers.get("accept", ""))
-        openmetrics = content_type.startswith("application/openmetrics-text")
-        gz = accepts_gzip(request.headers.get("accept-encoding"))
+        accept, coding = request.headers.get("accept", ""), request.headers.get("accept-encoding")
+        negotiate = _negotiate if len(accept) + len(coding or "") <= _REMEMBERED else _negotiated
+        openmetrics, content_type, gz = negotiate(accept, coding)
         data = body(openmetrics=openmetrics, gz=gz)
         if data is None:
             return None
