@@ -4,8 +4,10 @@ clients; what it answers to requests it does not serve; how it stops."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import http.client
+import os
 import resource
 import socket
 import struct
@@ -331,6 +333,42 @@ def test_over_the_cap_of_busy_connections_a_new_one_gets_503_and_is_closed(
     int(Path("/proc/sys/net/core/somaxconn").read_text()) < 200,
     reason="net.core.somaxconn caps every backlog under 200 here",
 )
+def test_out_of_descriptors_the_connection_waits_and_is_served_after(
+    serve: Serve, debug_logs: list[structlog.typing.EventDict]
+) -> None:
+    """accept() failing for lack of descriptors (EMFILE): one warning, the connection
+    waits in the listen queue, and it is served once descriptors are free again (one
+    event), with no busy loop meanwhile."""
+    server = serve()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    client = socket.socket()
+    client.settimeout(5)
+    fillers: list[int] = []
+    try:
+        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 8, hard))
+        with contextlib.suppress(OSError):  # every free descriptor under the limit
+            while True:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+        client.connect(("127.0.0.1", server.port))
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 5
+        while not any(e["event"] == "http_accept_failed" for e in debug_logs):
+            assert time.monotonic() < deadline, debug_logs
+            time.sleep(0.02)
+        cpu = time.process_time()
+        time.sleep(0.6)  # more than one retry (0.5 s)
+        assert time.process_time() - cpu < 0.3  # waiting, not spinning
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with client:
+        assert read_response(client)[::2] == (200, b"ok\n")
+    events = [e["event"] for e in debug_logs if e["event"].startswith("http_accept")]
+    assert events == ["http_accept_failed", "http_accept_recovered"]
+
+
 def test_the_listen_backlog_holds_200_connections_before_any_accept() -> None:
     """Bound and listening but not accepting: 200 connections complete their handshake
     (a backlog of 5, the old default, would leave the seventh waiting)."""

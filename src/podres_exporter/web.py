@@ -671,39 +671,68 @@ class WebServer:
     # ---------------------------------------------------------------- accepting
 
     async def _accept(self) -> None:
+        """Accept connections until cancelled. The listening socket stays registered with
+        the loop (not added and removed for every connection), except while accepting
+        fails for lack of descriptors: then it is tried again every ``_ACCEPT_RETRY_S``."""
         loop = asyncio.get_running_loop()
         state = self._state
-        while True:
-            try:
-                sock, _ = await loop.sock_accept(self._socket)
-            except OSError as err:
-                if err.errno in _CONNECTION_ERRNOS:
-                    continue  # that one connection failed before it was accepted
-                if err.errno not in _RESOURCE_ERRNOS:
-                    raise  # the listening socket itself: the server stops (alive() says so)
-                if not state.accept_failing:
-                    state.accept_failing = True
-                    log.warning("http_accept_failed", error=str(err))
-                await asyncio.sleep(_ACCEPT_RETRY_S)
-                continue
-            if state.accept_failing:
-                state.accept_failing = False
-                log.info("http_accept_recovered")
-            at_cap = len(state.connections) >= self.max_connections
-            if at_cap != state.full:
-                state.full = at_cap
-                if at_cap:
-                    log.warning("http_connections_full", max_connections=self.max_connections)
-                else:
-                    log.info("http_connections_available", max_connections=self.max_connections)
-            if at_cap and not self._close_longest_idle():
-                self._refuse(sock)
+        listening = self._socket
+        woken: asyncio.Future[None] | None = None
+
+        def readable() -> None:
+            if woken is not None and not woken.done():
+                woken.set_result(None)
+
+        loop.add_reader(listening, readable)
+        try:
+            while True:
+                try:
+                    sock, _ = listening.accept()
+                except BlockingIOError:
+                    woken = loop.create_future()
+                    await woken
+                    continue
+                except OSError as err:
+                    if err.errno in _CONNECTION_ERRNOS:
+                        continue  # that one connection failed before it was accepted
+                    if err.errno not in _RESOURCE_ERRNOS:
+                        raise  # the listening socket itself: the server stops (alive() says so)
+                    if not state.accept_failing:
+                        state.accept_failing = True
+                        log.warning("http_accept_failed", error=str(err))
+                    loop.remove_reader(listening)  # it stays readable: no busy loop meanwhile
+                    await asyncio.sleep(_ACCEPT_RETRY_S)
+                    loop.add_reader(listening, readable)
+                    continue
+                self._accepted(sock)
+                await asyncio.sleep(0)  # let the new connection, and the others, run
+        finally:
+            if listening.fileno() >= 0:
+                loop.remove_reader(listening)
+
+    def _accepted(self, sock: socket.socket) -> None:
+        """Take on the accepted ``sock``: a connection of its own, one that takes the
+        longest idle one's place at the cap, or a 503 when every one is busy."""
+        loop = asyncio.get_running_loop()
+        state = self._state
+        sock.setblocking(False)
+        if state.accept_failing:
+            state.accept_failing = False
+            log.info("http_accept_recovered")
+        at_cap = len(state.connections) >= self.max_connections
+        if at_cap != state.full:
+            state.full = at_cap
+            if at_cap:
+                log.warning("http_connections_full", max_connections=self.max_connections)
             else:
-                conn = _Connection()
-                state.connections.add(conn)
-                state.idle[conn] = None
-                conn.task = loop.create_task(self._connection(conn, sock))
-            await asyncio.sleep(0)  # let the new connection, and the others, run
+                log.info("http_connections_available", max_connections=self.max_connections)
+        if at_cap and not self._close_longest_idle():
+            self._refuse(sock)
+        else:
+            conn = _Connection()
+            state.connections.add(conn)
+            state.idle[conn] = None
+            conn.task = loop.create_task(self._connection(conn, sock))
 
     def _close_longest_idle(self) -> bool:
         """Close the connection that has waited longest with no request in flight, to
@@ -1026,8 +1055,13 @@ class WebServer:
 
     @staticmethod
     async def _close(writer: asyncio.StreamWriter) -> None:
-        """Close after the last bytes are out, or drop the connection when they do not go."""
+        """Close after the last bytes are out, or drop the connection when they do not go.
+        A plain connection with nothing left to send closes by itself: no wait (TLS
+        still sends its close_notify)."""
         writer.close()
+        plain = writer.get_extra_info("ssl_object") is None
+        if plain and not writer.transport.get_write_buffer_size():
+            return
         try:
             async with asyncio.timeout(_CLOSE_TIMEOUT_S):
                 await writer.wait_closed()
