@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,13 @@ def test_quick_exporter_benchmark_measures_each_figure() -> None:
     for head in ("steady CPU on small", "/metrics latency", "kubelet calls per poll", "memory"):
         assert head in out, out
     latency = [line for line in out.splitlines() if " keep-alive " in line or " new conn " in line]
-    assert len(latency) == 8, out  # 2 formats x 2 connection kinds x 1 and 10 scrapers
+    python_client = [line for line in latency if not line.lstrip().startswith("wrk ")]
+    assert len(python_client) == 8, out  # 2 formats x 2 connection kinds x 1 and 10 scrapers
+    if shutil.which("wrk") is None:
+        assert "skipped: wrk is not installed" in out, out
+    else:  # 2 formats x 2 connection kinds, each beside the plain server, with no error
+        assert len(latency) - len(python_client) == 4, out
+        assert re.search(r"requests a cell; errors 0;", out), out
     assert "calls per poll 2.00" in out, out
     moving = next(line for line in out.splitlines() if "counters moving" in line)
     idle = next(line for line in out.splitlines() if "idle devices" in line and "%" in line)
