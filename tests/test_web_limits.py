@@ -603,6 +603,44 @@ def test_closing_after_a_large_response_leaves_no_error_behind(
     assert [e for e in debug_logs if e["log_level"] != "debug"] == []
 
 
+def test_a_closed_connection_leaves_nothing_for_the_garbage_collector(serve: Serve) -> None:
+    """Connections opened and closed (by the client, by the server after Connection:
+    close, and kept alive over several requests) leave no object that only the garbage
+    collector would free: refcounting frees each one's transport at once, so a stream of
+    new connections never builds up a young generation whose collection pauses the loop."""
+    server = serve()
+
+    def one_by_one(close: bool) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        try:
+            for _ in range(3):
+                conn.request("GET", "/metrics", headers={"Connection": "close"} if close else {})
+                assert conn.getresponse().read() == b"up 1\n"
+                if close:
+                    break
+        finally:
+            conn.close()
+
+    one_by_one(close=True)  # the loop's own first-time objects
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for i in range(40):
+            one_by_one(close=i % 2 == 0)
+        deadline = time.monotonic() + 5
+        while server._state.connections and time.monotonic() < deadline:
+            time.sleep(0.01)  # the last connections' ends, on the loop
+        time.sleep(0.1)
+        gc.collect()
+        left = [type(o).__qualname__ for o in gc.garbage if "Transport" in type(o).__qualname__]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
+
+
 def test_a_connection_closed_after_flushing_is_dropped_without_error() -> None:
     """A transport closed with data still buffered closes once the data is out; dropping
     it afterwards (as every connection's end does) must not fail: Python 3.11's socket
