@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import footprint
 
@@ -716,35 +716,12 @@ def report(run: Run, scenario: str) -> None:
     )
 
     footprint.print_head("/metrics latency: podres vs a plain ThreadingHTTPServer, same bytes")
-    head = ("ask", "scrapers", "podres p50", "p99", "CPU", "plain p50", "p99", "CPU", "p99 x")
-    print("  {:<30} {:>8} {:>11} {:>9} {:>8} {:>11} {:>9} {:>8} {:>6}".format(*head))
-    worst_ratio, worst_p99 = 0.0, 0.0
-    for ours, plain in zip(lat[::2], lat[1::2], strict=True):
-        ratio = ours.p99 / plain.p99
-        worst_ratio = max(worst_ratio, ratio)
-        worst_p99 = max(worst_p99, ours.p99)
-        cells = (
-            ms(ours.p50),
-            ms(ours.p99),
-            us(ours.cpu_per_scrape),
-            ms(plain.p50),
-            ms(plain.p99),
-            us(plain.cpu_per_scrape),
-        )
-        print(
-            f"  {ours.ask.label:<30} {ours.scrapers:>8} "
-            + "{:>11} {:>9} {:>8} {:>11} {:>9} {:>8}".format(*cells)
-            + f" {ratio:>5.2f}x"
-        )
-    scrapes = len(lat[0].times)
-    print(
-        f"  ({scrapes} scrapes a cell for each server, in {LATENCY_ROUNDS} rounds alternating "
-        "between them; CPU: the server's per scrape)"
+    print_beside_plain(
+        f"{'ask':<30} {'scrapers':>8}",
+        [(f"{o.ask.label:<30} {o.scrapers:>8}", o, p) for o, p in pairs(lat)],
+        f"{len(lat[0].times)} scrapes a cell for each server, in {LATENCY_ROUNDS} rounds "
+        "alternating between them; CPU: the server's per scrape",
     )
-    p99_ok = verdict(worst_p99 < TARGET_P99_S)
-    ratio_ok = verdict(worst_ratio <= TARGET_RATIO)
-    print(f"  worst p99 {ms(worst_p99)} (target < {ms(TARGET_P99_S)}: {p99_ok}); ", end="")
-    print(f"worst ratio {worst_ratio:.2f}x (target <= {TARGET_RATIO}x: {ratio_ok})")
     report_wrk(run.loaded)
 
     footprint.print_head("kubelet calls per poll, 10 scrapers hammering, 1 s poll")
@@ -786,10 +763,44 @@ def report_wrk(loaded: list[Loaded]) -> None:
     if not loaded:
         print("  skipped: wrk is not installed (Debian package wrk)")
         return
-    head = ("ask", "podres p50", "p99", "CPU", "plain p50", "p99", "CPU", "p99 x")
-    print("  wrk {:<30} {:>11} {:>9} {:>8} {:>11} {:>9} {:>8} {:>6}".format(*head))
+    rounds = len(loaded[0].p99s)
+    requests = min(c.requests for c in loaded)
+    errors = sum(c.errors for c in loaded)
+    p99s = ", ".join(f"{ms(min(c.p99s))}-{ms(max(c.p99s))}" for c in loaded[::2])
+    print_beside_plain(
+        f"wrk {'ask':<30}",
+        [(f"wrk {o.ask.label:<30}", o, p) for o, p in pairs(loaded)],
+        f"median of {rounds} rounds alternating between the servers, at least {requests} "
+        f"requests a cell; errors {errors}; podres p99 ranges over the rounds: {p99s}",
+    )
+
+
+C = TypeVar("C")
+
+
+def pairs(cells: Sequence[C]) -> list[tuple[C, C]]:
+    """Each podres cell with the plain server's after it."""
+    return list(zip(cells[::2], cells[1::2], strict=True))
+
+
+class Figures(Protocol):
+    """One server's figures in one cell (:class:`Latency`, :class:`Loaded`)."""
+
+    @property
+    def p50(self) -> float: ...
+    @property
+    def p99(self) -> float: ...
+    @property
+    def cpu_per_scrape(self) -> float: ...
+
+
+def print_beside_plain(head: str, rows: list[tuple[str, Figures, Figures]], note: str) -> None:
+    """Rows of podres' figures beside the plain server's (each after its label, ``head``
+    the labels' heading), ``note``, then the worst p99 and ratio against the targets."""
+    heads = ("podres p50", "p99", "CPU", "plain p50", "p99", "CPU", "p99 x")
+    print(f"  {head} " + "{:>11} {:>9} {:>8} {:>11} {:>9} {:>8} {:>6}".format(*heads))
     worst_ratio, worst_p99 = 0.0, 0.0
-    for ours, plain in zip(loaded[::2], loaded[1::2], strict=True):
+    for label, ours, plain in rows:
         ratio = ours.p99 / plain.p99
         worst_ratio = max(worst_ratio, ratio)
         worst_p99 = max(worst_p99, ours.p99)
@@ -801,19 +812,9 @@ def report_wrk(loaded: list[Loaded]) -> None:
             ms(plain.p99),
             us(plain.cpu_per_scrape),
         )
-        print(
-            f"  wrk {ours.ask.label:<30} "
-            + "{:>11} {:>9} {:>8} {:>11} {:>9} {:>8}".format(*cells)
-            + f" {ratio:>5.2f}x"
-        )
-    rounds = len(loaded[0].p99s)
-    requests = min(c.requests for c in loaded)
-    errors = sum(c.errors for c in loaded)
-    p99s = ", ".join(f"{ms(min(c.p99s))}-{ms(max(c.p99s))}" for c in loaded[::2])
-    print(
-        f"  (median of {rounds} rounds alternating between the servers, at least {requests} "
-        f"requests a cell; errors {errors}; podres p99 ranges over the rounds: {p99s})"
-    )
+        print(f"  {label} " + "{:>11} {:>9} {:>8} {:>11} {:>9} {:>8}".format(*cells), end="")
+        print(f" {ratio:>5.2f}x")
+    print(f"  ({note})")
     p99_ok = verdict(worst_p99 < TARGET_P99_S)
     ratio_ok = verdict(worst_ratio <= TARGET_RATIO)
     print(f"  worst p99 {ms(worst_p99)} (target < {ms(TARGET_P99_S)}: {p99_ok}); ", end="")
