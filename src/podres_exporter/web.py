@@ -864,13 +864,13 @@ class WebServer:
             self._state.idle.pop(conn, None)
             try:
                 keep_alive = await self._respond(conn, request, writer)
+                if not keep_alive or self._state.stopping:
+                    await self._close(writer)  # busy until then: stop would cut it short
+                    return
             finally:
                 conn.busy = False
                 if conn in self._state.connections:
                     self._state.idle[conn] = None
-            if not keep_alive or self._state.stopping:
-                await self._close(writer)
-                return
             first = await self._next_request(conn, reader)
 
     def _parse(self, head: bytes) -> _Request | None:
@@ -1043,6 +1043,15 @@ class WebServer:
             piece = view[start : start + _WRITE_SLICE]
             writer.write(head + piece if start == 0 else piece)
             await writer.drain()
+        if transport.get_write_buffer_size():
+            # The answer is in flight until its end is with the kernel: a connection
+            # counted idle with bytes still buffered would lose them to stop() or to
+            # the cap's closing of the longest idle connection.
+            transport.set_write_buffer_limits(high=0)
+            try:
+                await writer.drain()
+            finally:
+                transport.set_write_buffer_limits(high=_WRITE_SLICE)
 
     @classmethod
     async def _refuse_and_close(
