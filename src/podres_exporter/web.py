@@ -1025,7 +1025,8 @@ class WebServer:
 
     @staticmethod
     async def _write(writer: asyncio.StreamWriter, head: bytes, body: bytes) -> None:
-        """``head`` and ``body``: in one write when the body is small, else in slices.
+        """``head`` and ``body``: in one write when the body is small, else in slices;
+        returns once the last byte is with the kernel.
 
         Unless the kernel took the whole slice, the loop runs before the next, so that a
         connection lost meanwhile is noticed first: asyncio warns on stderr about every
