@@ -16,6 +16,10 @@ slow or idle client therefore costs a socket and a few kilobytes, never a thread
 every resource one client can hold is bounded by :class:`Limits`. TLS, basic auth and
 extra response headers come from a :data:`~podres_exporter.webconfig.WebConfigProvider`,
 asked at each connection (TLS) and each request (auth, headers).
+
+With no web config, a scrape that arrives with its connection (as a scraper that
+connects for each scrape sends it) is answered as the connection is accepted, when its
+body is ready on the loop: one read and one write, no task (``_answer_at_once``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from email.utils import formatdate
@@ -268,6 +272,9 @@ _CLOSE_TIMEOUT_S = 2.0
 _WRITE_SLICE = 256 * 1024
 # After an accept fails for lack of descriptors, wait this long before accepting again.
 _ACCEPT_RETRY_S = 0.5
+# Connections answered and closed as they are accepted, at most, before the loop runs
+# the others.
+_ACCEPT_BATCH = 8
 # Accept failures that mean "out of resources", not "this one connection went away".
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 # Accept failures of one connection (accept(2) passes on its pending network errors).
@@ -447,6 +454,13 @@ def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) ->
     return ours + extra + close + b"\r\n"
 
 
+def _rest(head: bytes, body: bytes | memoryview, sent: int) -> bytes | memoryview:
+    """What is left of ``head`` then ``body`` once ``sent`` bytes of them are out."""
+    if sent < len(head):
+        return head[sent:] + body
+    return memoryview(body)[sent - len(head) :]
+
+
 def _refusal(status: HTTPStatus, text: str, extra: bytes, *headers: tuple[str, str]) -> bytes:
     """A whole response that closes its connection, for answers the loop gives itself."""
     response = _text(status, text, *headers)
@@ -515,6 +529,14 @@ class _Connection:
     phase: str = ""  # what the deadline is for, named in the event when it passes
     timer: asyncio.TimerHandle | None = None
     pending: bytes = b""  # read past the last request's head: the next one's start
+    # A plain connection's socket, written to directly while its transport holds nothing.
+    sock: socket.socket | None = None
+    # The first request, answered as the connection was accepted: the answer's bytes the
+    # kernel did not take then (None: it took them all, or there was no such answer), and
+    # whether the connection stays open after it.
+    unsent: bytes | memoryview | None = None
+    answered: bool = False
+    keep_alive: bool = False
 
 
 @dataclass(slots=True)
@@ -688,6 +710,7 @@ class WebServer:
         state = self._state
         listening = self._socket
         woken: asyncio.Future[None] | None = None
+        in_a_row = 0  # connections closed as they were accepted since the loop last ran
 
         def readable() -> None:
             if woken is not None and not woken.done():
@@ -714,18 +737,25 @@ class WebServer:
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                     loop.add_reader(listening, readable)
                     continue
-                self._accepted(sock)
-                await asyncio.sleep(0)  # let the new connection, and the others, run
+                if self._accepted(sock) or in_a_row >= _ACCEPT_BATCH:
+                    in_a_row = 0
+                    await asyncio.sleep(0)  # let the new connection, and the others, run
+                else:
+                    in_a_row += 1  # answered (or refused) and closed: nothing new to run
         finally:
             if listening.fileno() >= 0:
                 loop.remove_reader(listening)
 
-    def _accepted(self, sock: socket.socket) -> None:
+    def _accepted(self, sock: socket.socket) -> bool:
         """Take on the accepted ``sock``: a connection of its own, one that takes the
-        longest idle one's place at the cap, or a 503 when every one is busy."""
+        longest idle one's place at the cap, or a 503 when every one is busy. Whether a
+        task serves it (False: answered and closed at once)."""
         loop = asyncio.get_running_loop()
         state = self._state
         sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):  # a connection reset already
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if state.accept_failing:
             state.accept_failing = False
             log.info("http_accept_recovered")
@@ -738,11 +768,55 @@ class WebServer:
                 log.info("http_connections_available", max_connections=self.max_connections)
         if at_cap and not self._close_longest_idle():
             self._refuse(sock)
-        else:
-            conn = _Connection()
-            state.connections.add(conn)
+            return False
+        conn = _Connection()
+        if self._provider is None and not self._answer_at_once(conn, sock):
+            return False
+        state.connections.add(conn)
+        if conn.unsent is None:
             state.idle[conn] = None
-            conn.task = loop.create_task(self._connection(conn, sock))
+        else:
+            conn.busy = True
+        conn.task = loop.create_task(self._connection(conn, sock))
+        return True
+
+    def _answer_at_once(self, conn: _Connection, sock: socket.socket) -> bool:
+        """Answer a plain connection's first request as the connection is accepted, when
+        it came with it (a scraper sends it right after connecting) and its answer is
+        ready on the loop (:meth:`_ready_answer`): one system call to read it, one to
+        write the answer, no task woken, nothing registered with the loop. Whether the
+        connection goes on to its task: kept alive, the rest of the answer to send
+        (``conn.unsent``), or the bytes read (``conn.pending``) for a request answered
+        the usual way."""
+        try:
+            data = sock.recv(self.limits.max_head_bytes + 1)
+        except BlockingIOError:
+            return True  # nothing yet: the connection's task waits for it
+        except OSError:
+            data = b""  # reset
+        if not data:
+            sock.close()  # the client left
+            return False
+        whole = len(data) <= self.limits.max_head_bytes and data.find(b"\r\n\r\n") == len(data) - 4
+        answer = self._ready_answer(self._parse(data) if whole else None)
+        if answer is None:
+            conn.pending = data  # incomplete, pipelined, refused or not ready at once
+            return True
+        head, body, conn.keep_alive = answer
+        try:
+            sent = sock.sendmsg((head, body))
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            sent = -1
+        if sent < 0 or (sent == len(head) + len(body) and not conn.keep_alive):
+            sock.close()  # gone, or answered: with nothing unread, the answer goes out first
+            return False
+        if sent < len(head) + len(body):
+            conn.unsent = _rest(head, body, sent)
+        else:
+            conn.answered = True
+        return True
 
     def _close_longest_idle(self) -> bool:
         """Close the connection that has waited longest with no request in flight, to
@@ -777,9 +851,6 @@ class WebServer:
         loop = asyncio.get_running_loop()
         writer: asyncio.StreamWriter | None = None
         try:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                with contextlib.suppress(OSError):  # a connection reset already
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 config = await self._current_config()
             except Exception:  # noqa: BLE001 - logged by _ask_provider; close, unanswered
@@ -803,6 +874,7 @@ class WebServer:
             # default high-water mark, 64 KiB, would stop every slice for the client).
             transport.set_write_buffer_limits(high=_WRITE_SLICE)
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            conn.sock = sock if tls is None else None
             await self._requests(conn, reader, writer)
         except asyncio.CancelledError:
             pass  # stop(): the connection is dropped below
@@ -849,7 +921,16 @@ class WebServer:
         self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Serve requests on one connection until it closes, idles out or misbehaves."""
-        first: bytes | None = b""  # a new connection's first request has no idle wait
+        # A new connection's first request has no idle wait; its start may have been
+        # read, or it may have been answered, when it was accepted.
+        first: bytes | None = conn.pending
+        conn.pending = b""
+        if conn.unsent is not None and not await self._answering(
+            conn, writer, self._send_rest(conn, writer)
+        ):
+            return
+        if conn.answered or conn.unsent is not None:
+            first = await self._next_request(conn, reader)
         while first is not None and not self._state.stopping:
             head = await self._read_head(conn, reader, writer, first)
             if head is None:
@@ -860,18 +941,28 @@ class WebServer:
                 await self._refuse_and_close(reader, writer, refusal)
                 return
             assert request is not None
-            conn.busy = True
-            self._state.idle.pop(conn, None)
-            try:
-                keep_alive = await self._respond(conn, request, writer)
-                if not keep_alive or self._state.stopping:
-                    await self._close(writer)  # busy until then: stop would cut it short
-                    return
-            finally:
-                conn.busy = False
-                if conn in self._state.connections:
-                    self._state.idle[conn] = None
+            if not await self._answering(conn, writer, self._respond(conn, request, writer)):
+                return
             first = await self._next_request(conn, reader)
+
+    async def _answering(
+        self, conn: _Connection, writer: asyncio.StreamWriter, answer: Awaitable[bool]
+    ) -> bool:
+        """Await ``answer`` (whether the connection stays open) with ``conn`` busy, and
+        close the connection when it does not stay, still busy (stop would cut the close
+        short); whether the connection goes on."""
+        conn.busy = True
+        self._state.idle.pop(conn, None)
+        try:
+            keep_alive = await answer
+            if not keep_alive or self._state.stopping:
+                await self._close(writer)
+                return False
+            return True
+        finally:
+            conn.busy = False
+            if conn in self._state.connections:
+                self._state.idle[conn] = None
 
     def _parse(self, head: bytes) -> _Request | None:
         """:func:`_parse_head`, remembered for short heads (a scraper's is the same at
@@ -1007,33 +1098,85 @@ class WebServer:
     ) -> bool:
         """Answer ``request`` (its work in a pool); whether the connection stays open."""
         response, extra = await self._response(request)
-        keep_alive = request.keep_alive and not self._state.stopping
-        if not keep_alive:
-            connection: str | None = "close"
-        else:  # HTTP/1.0 keeps a connection only when the answer says so
-            connection = "keep-alive" if request.version == "HTTP/1.0" else None
-        head = _head_bytes(response, connection=connection, extra=extra)
-        body = b"" if request.method == "HEAD" else response.body
+        head, body, keep_alive = self._answer_bytes(request, response, extra)
         self._expect(conn, self.limits.write_timeout_s, "write")
         try:
-            await self._write(writer, head, body)
+            await self._write(writer, head, body, conn.sock)
         except OSError as err:
             log.debug("http_client_gone", path=request.path, error=str(err) or type(err).__name__)
             return False
         conn.deadline = math.inf
         return keep_alive
 
-    @staticmethod
-    async def _write(writer: asyncio.StreamWriter, head: bytes, body: bytes) -> None:
-        """``head`` and ``body``: in one write when the body is small, else in slices;
-        returns once the last byte is with the kernel.
+    def _answer_bytes(
+        self, request: _Request, response: _Response, extra: bytes
+    ) -> tuple[bytes, bytes, bool]:
+        """The head and body that answer ``request`` with ``response``, and whether the
+        connection stays open after them."""
+        keep_alive = request.keep_alive and not self._state.stopping
+        if not keep_alive:
+            connection: str | None = "close"
+        else:  # HTTP/1.0 keeps a connection only when the answer says so
+            connection = "keep-alive" if request.version == "HTTP/1.0" else None
+        head = _head_bytes(response, connection=connection, extra=extra)
+        return head, b"" if request.method == "HEAD" else response.body, keep_alive
 
-        Unless the kernel took the whole slice, the loop runs before the next, so that a
-        connection lost meanwhile is noticed first: asyncio warns on stderr about every
-        write to a lost connection past the fifth, and a TLS stream learns of the loss
-        only then."""
-        view = memoryview(body)
+    def _ready_answer(self, request: _Request | None) -> tuple[bytes, bytes, bool] | None:
+        """The answer to ``request`` on a server with no web config, when the loop has
+        it at once: ``/metrics`` from ``metrics_ready``. None for every other request
+        (answered by :meth:`_response`) and for one the loop refuses."""
+        ready = self.site.metrics_ready
+        if (
+            request is None
+            or request.path != "/metrics"
+            or ready is None
+            or self._refusal_for(request) is not None
+        ):
+            return None
+        response = self._metrics_response(request, ready)
+        return None if response is None else self._answer_bytes(request, response, b"")
+
+    async def _send_rest(self, conn: _Connection, writer: asyncio.StreamWriter) -> bool:
+        """Send what the kernel did not take of the answer given at accept; whether the
+        connection stays open."""
+        assert conn.unsent is not None
+        self._expect(conn, self.limits.write_timeout_s, "write")
+        try:
+            await self._write(writer, b"", conn.unsent, conn.sock)
+        except OSError as err:
+            log.debug("http_client_gone", path="/metrics", error=str(err) or type(err).__name__)
+            return False
+        conn.deadline = math.inf
+        return conn.keep_alive
+
+    @staticmethod
+    async def _write(
+        writer: asyncio.StreamWriter,
+        head: bytes,
+        body: bytes | memoryview,
+        sock: socket.socket | None,
+    ) -> None:
+        """``head`` and ``body``; returns once the last byte is with the kernel.
+
+        ``sock``, a plain connection's socket: while the transport holds nothing, both
+        go to it in one system call, neither copied. What the kernel does not take (and
+        everything on a TLS connection) goes through the transport: in one write when
+        the body is small, else in slices. Unless the kernel took the whole slice, the
+        loop runs before the next, so that a connection lost meanwhile is noticed first:
+        asyncio warns on stderr about every write to a lost connection past the fifth,
+        and a TLS stream learns of the loss only then."""
         transport = writer.transport
+        if sock is not None and not transport.get_write_buffer_size():
+            if transport.is_closing():
+                raise ConnectionResetError("the client closed the connection")
+            try:
+                sent = sock.sendmsg((head, body))
+            except BlockingIOError:
+                sent = 0
+            if sent == len(head) + len(body):
+                return
+            head, body = b"", _rest(head, body, sent)
+        view = memoryview(body)
         tls = writer.get_extra_info("ssl_object") is not None
         for start in range(0, max(len(body), 1), _WRITE_SLICE):
             if start:
@@ -1042,7 +1185,7 @@ class WebServer:
                 if transport.is_closing():
                     raise ConnectionResetError("the client closed the connection")
             piece = view[start : start + _WRITE_SLICE]
-            writer.write(head + piece if start == 0 else piece)
+            writer.write(head + piece if start == 0 and head else piece)
             await writer.drain()
         if transport.get_write_buffer_size():
             # The answer is in flight until its end is with the kernel: a connection

@@ -1,0 +1,291 @@
+"""A request that arrives with its connection, answered as the connection is accepted,
+on real sockets: the same answer as the usual path, no task for a connection that
+closes after it, and every request it cannot answer that way left whole to the usual
+path."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import socket
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from podres_exporter.web import Index, Limits, Site, WebServer, _rest
+from tests.test_web_limits import closed_by_server, connect, read_response
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+TEXT_BODY = b"# HELP up Whether up.\n# TYPE up gauge\nup 1\n"
+OM_BODY = b"# HELP up Whether up.\n# TYPE up gauge\nup 1\n# EOF\n"
+QUICK = Limits(head_timeout_s=0.5, idle_timeout_s=0.5, stop_grace_s=3.0)
+
+
+def ready_site(text: bytes = TEXT_BODY) -> Site:
+    """A Site whose /metrics is always ready on the loop (as the exporter's is once it
+    has polled): ``text`` in the text format, :data:`OM_BODY` in OpenMetrics."""
+
+    def ready(*, openmetrics: bool, gz: bool) -> bytes:
+        body = OM_BODY if openmetrics else text
+        return gzip.compress(body, mtime=0) if gz else body
+
+    return Site(
+        metrics=ready,
+        metrics_ready=ready,
+        health=lambda: (True, "ok"),
+        readiness=lambda: (True, "ready"),
+        index=Index("t", "0", "s", "h", "r"),
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[WebServer]:
+    started = WebServer(("127.0.0.1", 0), ready_site(), limits=QUICK)
+    started.start("test-http")
+    yield started
+    started.stop()
+
+
+@contextlib.contextmanager
+def loop_held(server: WebServer) -> Iterator[None]:
+    """The server's loop kept busy for the block: what clients connect and send
+    meanwhile is all there when it accepts their connections, after the block."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        release.wait(10)
+
+    assert server._loop is not None
+    server._loop.call_soon_threadsafe(hold)
+    assert holding.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def connection_tasks(server: WebServer) -> list[int]:
+    """A list that grows by one for every connection the server gives a task."""
+    started: list[int] = []
+    usual = server._connection
+
+    def counted(conn: Any, sock: socket.socket) -> Coroutine[Any, Any, None]:
+        started.append(sock.fileno())
+        return usual(conn, sock)
+
+    server._connection = counted  # type: ignore[method-assign]
+    return started
+
+
+def get(path: str = "/metrics", *headers: str, method: str = "GET") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: x", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def sent_while_held(server: WebServer, *requests: bytes) -> list[socket.socket]:
+    """A connection for each of ``requests``, each sent whole before the server's loop
+    runs again."""
+    with loop_held(server):
+        socks = [connect(server) for _ in requests]
+        for sock, data in zip(socks, requests, strict=True):
+            sock.sendall(data)
+    return socks
+
+
+def read_answer(sock: socket.socket, method: str) -> tuple[int, dict[str, str], bytes]:
+    """:func:`read_response`, or for HEAD the head alone (its Content-Length is GET's)."""
+    if method != "HEAD":
+        return read_response(sock)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a response head: {data!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert rest == b""
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    return int(status_line.split(" ")[1]), dict(x.split(": ", 1) for x in lines), b""
+
+
+def without_date(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k != "Date"}
+
+
+# ------------------------------------------------------------------ answered at once
+
+
+@pytest.mark.parametrize(
+    ("headers", "method", "body"),
+    [
+        ((), "GET", TEXT_BODY),
+        (
+            (f"Accept: {OPENMETRICS}", "Accept-Encoding: gzip"),
+            "GET",
+            gzip.compress(OM_BODY, mtime=0),
+        ),
+        ((), "HEAD", b""),
+    ],
+    ids=["text", "openmetrics-gzip", "head"],
+)
+def test_a_scrape_sent_with_its_connection_is_answered_at_accept_as_usual(
+    server: WebServer, headers: tuple[str, ...], method: str, body: bytes
+) -> None:
+    """The answer given at accept has the usual path's status, headers and body, and a
+    connection that closes after it never needs a task."""
+    tasks = connection_tasks(server)
+    (at_once,) = sent_while_held(
+        server, get("/metrics", *headers, "Connection: close", method=method)
+    )
+    with at_once:
+        status, first, got = read_answer(at_once, method)
+        assert (status, got) == (200, body)
+        assert first["Connection"] == "close"
+        assert closed_by_server(at_once, 2)
+    assert tasks == []
+    # The usual path: the connection is accepted before the request is sent.
+    with connect(server) as usual:
+        deadline = time.monotonic() + 5
+        while not tasks:
+            assert time.monotonic() < deadline, "the connection was never accepted"
+            time.sleep(0.01)
+        usual.sendall(get("/metrics", *headers, "Connection: close", method=method))
+        status, second, got = read_answer(usual, method)
+    assert (status, got) == (200, body)
+    assert without_date(first) == without_date(second)
+
+
+def test_a_connection_kept_alive_after_an_answer_at_accept_goes_on_as_usual(
+    server: WebServer,
+) -> None:
+    """Kept alive, the connection's task serves its next requests, then closes it when it
+    idles out (after ``idle_timeout_s``, not the head's deadline)."""
+    tasks = connection_tasks(server)
+    (sock,) = sent_while_held(server, get())
+    with sock:
+        status, headers, body = read_response(sock)
+        assert (status, body) == (200, TEXT_BODY)
+        assert "Connection" not in headers
+        sock.sendall(get("/healthz"))
+        assert read_response(sock)[::2] == (200, b"ok\n")
+        sock.sendall(get("/metrics", f"Accept: {OPENMETRICS}"))
+        assert read_response(sock)[::2] == (200, OM_BODY)
+        assert closed_by_server(sock, 2)
+    assert len(tasks) == 1
+
+
+def test_http_1_0_is_answered_at_accept_with_its_own_keep_alive_rule(server: WebServer) -> None:
+    """HTTP/1.0 closes unless it asks to keep the connection, and then is told so."""
+    closes, keeps = sent_while_held(
+        server,
+        b"GET /metrics HTTP/1.0\r\n\r\n",
+        b"GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+    )
+    with closes, keeps:
+        status, headers, body = read_response(closes)
+        assert (status, headers["Connection"], body) == (200, "close", TEXT_BODY)
+        assert closed_by_server(closes, 2)
+        status, headers, body = read_response(keeps)
+        assert (status, headers["Connection"], body) == (200, "keep-alive", TEXT_BODY)
+        keeps.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert read_response(keeps)[::2] == (200, b"ok\n")
+
+
+@pytest.mark.parametrize(
+    ("sent", "more", "answers"),
+    [
+        (b"GET /metrics HTTP/1.1\r\nHo", b"st: x\r\nConnection: close\r\n\r\n", [(200, TEXT_BODY)]),
+        (
+            get("/metrics") + get("/healthz", "Connection: close"),
+            b"",
+            [(200, TEXT_BODY), (200, b"ok\n")],
+        ),
+        (get("/healthz", "Connection: close"), b"", [(200, b"ok\n")]),
+        (get("/nope", "Connection: close"), b"", [(404, None)]),
+        (get("/metrics", method="POST"), b"", [(405, None)]),
+        (get("/metrics", "Content-Length: 2") + b"hi", b"", [(400, None)]),
+        (b"GET /metrics HTTP/1.1\nHost: x\r\n\r\n", b"", [(400, None)]),
+        (get("/metrics", "X-Big: " + "a" * 9000), b"", [(431, None)]),
+    ],
+    ids=["partial", "pipelined", "probe", "not-found", "post", "body", "bare-lf", "too-large"],
+)
+def test_what_cannot_be_answered_at_accept_is_answered_whole_as_usual(
+    server: WebServer, sent: bytes, more: bytes, answers: list[tuple[int, bytes | None]]
+) -> None:
+    """A head not yet whole, pipelined requests, other paths and requests the loop
+    refuses: what was read at accept is the start of what the connection's task reads."""
+    tasks = connection_tasks(server)
+    (sock,) = sent_while_held(server, sent)
+    with sock:
+        if more:
+            time.sleep(0.05)
+            sock.sendall(more)
+        got = [read_response(sock) for _ in answers]
+        assert [status for status, _, _ in got] == [status for status, _ in answers]
+        for (_, _, body), (_, want) in zip(got, answers, strict=True):
+            assert want is None or body == want
+        assert closed_by_server(sock, 2)
+    assert len(tasks) == 1
+
+
+# ------------------------------------------------------------- more than the kernel takes
+
+
+def test_the_rest_of_a_large_answer_given_at_accept_is_sent_by_its_task() -> None:
+    """An answer larger than the socket takes at once: its task sends the rest, in
+    order, and then serves the connection's next request."""
+    body = bytes(range(256)) * (1 << 16)  # 16 MiB
+    slow_reader = Limits(idle_timeout_s=10)  # the test reads it slowly
+    server = WebServer(("127.0.0.1", 0), ready_site(body), limits=slow_reader)
+    server.start("test-http")
+    try:
+        tasks = connection_tasks(server)
+        (sock,) = sent_while_held(server, get())
+        with sock:
+            deadline = time.monotonic() + 5
+            while not tasks:
+                assert time.monotonic() < deadline, "no task took the rest of the answer"
+                time.sleep(0.01)
+            status, _, got = read_response(sock)
+            assert status == 200 and got == body
+            sock.sendall(get("/healthz"))
+            assert read_response(sock)[::2] == (200, b"ok\n")
+        assert len(tasks) == 1
+    finally:
+        server.stop()
+
+
+def test_stop_lets_the_rest_of_an_answer_given_at_accept_finish() -> None:
+    """The connection is busy while the rest of its answer is out: stop() waits for it
+    (within ``stop_grace_s``) instead of dropping it as idle."""
+    body = b"x" * (32 << 20)
+    server = WebServer(("127.0.0.1", 0), ready_site(body), limits=QUICK)
+    server.start("test-http")
+    stopper = threading.Thread(target=server.stop)
+    try:
+        (sock,) = sent_while_held(server, get())
+        with sock:
+            head = sock.recv(256)
+            assert head.startswith(b"HTTP/1.1 200 OK")
+            time.sleep(0.2)  # the rest waits in the task for the client
+            stopper.start()
+            time.sleep(0.2)
+            received = len(head.partition(b"\r\n\r\n")[2])
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+            assert received == len(body)
+        stopper.join(5)
+        assert not stopper.is_alive()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("sent", "rest"),
+    [(0, b"HEADbody"), (2, b"ADbody"), (4, b"body"), (6, b"dy"), (8, b"")],
+)
+def test_rest_is_what_follows_the_bytes_sent(sent: int, rest: bytes) -> None:
+    assert bytes(_rest(b"HEAD", b"body", sent)) == rest
