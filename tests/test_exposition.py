@@ -415,12 +415,15 @@ def test_a_ready_body_never_renders_nor_waits(monkeypatch: pytest.MonkeyPatch) -
     s.poller.poll_once()
     counts = s.counts()
     ready = s.exposition.ready_body(openmetrics=False, gz=True)
-    assert ready is not None
+    assert isinstance(ready, bytes)  # one gzip member
     assert not_live(gzip.decompress(ready)) == not_live(
         s.exposition.body(openmetrics=False, gz=False)
     )
     assert s.exposition.ready_body(openmetrics=True, gz=False) is None  # not rendered yet
     assert s.counts() == counts, "nothing rendered"
+    pieces = s.exposition.ready_body(openmetrics=False, gz=False)
+    assert isinstance(pieces, tuple), "the cached part and the live part, not joined"
+    assert not_live(b"".join(pieces)) == not_live(s.exposition.body(openmetrics=False, gz=False))
     with s.exposition._lock:
         assert s.exposition.ready_body(openmetrics=False, gz=False) is None
 

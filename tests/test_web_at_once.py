@@ -21,19 +21,27 @@ from tests.test_web_limits import closed_by_server, connect, read_response
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 TEXT_BODY = b"# HELP up Whether up.\n# TYPE up gauge\nup 1\n"
 OM_BODY = b"# HELP up Whether up.\n# TYPE up gauge\nup 1\n# EOF\n"
+LIVE = b"# HELP age Seconds.\n# TYPE age gauge\nage 0.5\n"
+TEXT = TEXT_BODY + LIVE  # what a text scrape gets
 QUICK = Limits(head_timeout_s=0.5, idle_timeout_s=0.5, stop_grace_s=3.0)
 
 
 def ready_site(text: bytes = TEXT_BODY) -> Site:
     """A Site whose /metrics is always ready on the loop (as the exporter's is once it
-    has polled): ``text`` in the text format, :data:`OM_BODY` in OpenMetrics."""
+    has polled): in the text format, ``text`` and :data:`LIVE` as two pieces (as the
+    exporter gives its cached and live parts); :data:`OM_BODY` in OpenMetrics."""
 
-    def ready(*, openmetrics: bool, gz: bool) -> bytes:
-        body = OM_BODY if openmetrics else text
-        return gzip.compress(body, mtime=0) if gz else body
+    def ready(*, openmetrics: bool, gz: bool) -> bytes | tuple[bytes, bytes]:
+        if gz:
+            return gzip.compress(OM_BODY if openmetrics else text + LIVE, mtime=0)
+        return OM_BODY if openmetrics else (text, LIVE)
+
+    def metrics(*, openmetrics: bool, gz: bool) -> bytes:
+        body = ready(openmetrics=openmetrics, gz=gz)
+        return body if isinstance(body, bytes) else b"".join(body)
 
     return Site(
-        metrics=ready,
+        metrics=metrics,
         metrics_ready=ready,
         health=lambda: (True, "ok"),
         readiness=lambda: (True, "ready"),
@@ -121,7 +129,7 @@ def without_date(headers: dict[str, str]) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("headers", "method", "body"),
     [
-        ((), "GET", TEXT_BODY),
+        ((), "GET", TEXT),
         (
             (f"Accept: {OPENMETRICS}", "Accept-Encoding: gzip"),
             "GET",
@@ -167,7 +175,7 @@ def test_a_connection_kept_alive_after_an_answer_at_accept_goes_on_as_usual(
     (sock,) = sent_while_held(server, get())
     with sock:
         status, headers, body = read_response(sock)
-        assert (status, body) == (200, TEXT_BODY)
+        assert (status, body) == (200, TEXT)
         assert "Connection" not in headers
         sock.sendall(get("/healthz"))
         assert read_response(sock)[::2] == (200, b"ok\n")
@@ -186,10 +194,10 @@ def test_http_1_0_is_answered_at_accept_with_its_own_keep_alive_rule(server: Web
     )
     with closes, keeps:
         status, headers, body = read_response(closes)
-        assert (status, headers["Connection"], body) == (200, "close", TEXT_BODY)
+        assert (status, headers["Connection"], body) == (200, "close", TEXT)
         assert closed_by_server(closes, 2)
         status, headers, body = read_response(keeps)
-        assert (status, headers["Connection"], body) == (200, "keep-alive", TEXT_BODY)
+        assert (status, headers["Connection"], body) == (200, "keep-alive", TEXT)
         keeps.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
         assert read_response(keeps)[::2] == (200, b"ok\n")
 
@@ -197,11 +205,11 @@ def test_http_1_0_is_answered_at_accept_with_its_own_keep_alive_rule(server: Web
 @pytest.mark.parametrize(
     ("sent", "more", "answers"),
     [
-        (b"GET /metrics HTTP/1.1\r\nHo", b"st: x\r\nConnection: close\r\n\r\n", [(200, TEXT_BODY)]),
+        (b"GET /metrics HTTP/1.1\r\nHo", b"st: x\r\nConnection: close\r\n\r\n", [(200, TEXT)]),
         (
             get("/metrics") + get("/healthz", "Connection: close"),
             b"",
-            [(200, TEXT_BODY), (200, b"ok\n")],
+            [(200, TEXT), (200, b"ok\n")],
         ),
         (get("/healthz", "Connection: close"), b"", [(200, b"ok\n")]),
         (get("/nope", "Connection: close"), b"", [(404, None)]),
@@ -250,7 +258,7 @@ def test_the_rest_of_a_large_answer_given_at_accept_is_sent_by_its_task() -> Non
                 assert time.monotonic() < deadline, "no task took the rest of the answer"
                 time.sleep(0.01)
             status, _, got = read_response(sock)
-            assert status == 200 and got == body
+            assert status == 200 and got == body + LIVE
             sock.sendall(get("/healthz"))
             assert read_response(sock)[::2] == (200, b"ok\n")
         assert len(tasks) == 1
@@ -276,7 +284,7 @@ def test_stop_lets_the_rest_of_an_answer_given_at_accept_finish() -> None:
             received = len(head.partition(b"\r\n\r\n")[2])
             while chunk := sock.recv(1 << 20):
                 received += len(chunk)
-            assert received == len(body)
+            assert received == len(body) + len(LIVE)
         stopper.join(5)
         assert not stopper.is_alive()
     finally:
@@ -284,8 +292,19 @@ def test_stop_lets_the_rest_of_an_answer_given_at_accept_finish() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sent", "rest"),
-    [(0, b"HEADbody"), (2, b"ADbody"), (4, b"body"), (6, b"dy"), (8, b"")],
+    ("pieces", "sent", "rest"),
+    [
+        ((b"HEAD", b"body"), 0, b"HEADbody"),
+        ((b"HEAD", b"body"), 2, b"ADbody"),
+        ((b"HEAD", b"body"), 4, b"body"),
+        ((b"HEAD", b"body"), 6, b"dy"),
+        ((b"HEAD", b"body"), 8, b""),
+        ((b"HEAD", b"bo", b"dy"), 3, b"Dbody"),
+        ((b"HEAD", b"bo", b"dy"), 5, b"ody"),
+        ((b"HEAD", b"bo", b"dy"), 6, b"dy"),
+    ],
 )
-def test_rest_is_what_follows_the_bytes_sent(sent: int, rest: bytes) -> None:
-    assert bytes(_rest(b"HEAD", b"body", sent)) == rest
+def test_rest_is_what_follows_the_bytes_sent(
+    pieces: tuple[bytes, ...], sent: int, rest: bytes
+) -> None:
+    assert bytes(_rest(pieces, sent)) == rest

@@ -508,11 +508,15 @@ class Exposition:
         (sample,) = family.samples
         return head + f"{sample.name} {go_float(sample.value)}\n".encode()
 
-    def ready_body(self, *, openmetrics: bool, gz: bool) -> bytes | None:
+    def ready_body(self, *, openmetrics: bool, gz: bool) -> bytes | tuple[bytes, bytes] | None:
         """The body when it can be given at once: the current view's rendering in this
         format is cached and no other scrape holds the lock (never waits for it, never
         renders: the web server calls this on its event loop). None otherwise; then
-        :meth:`body`, which may render or wait, answers from a worker thread."""
+        :meth:`body`, which may render or wait, answers from a worker thread.
+
+        Not gzipped, it comes in two pieces, the cached part and the live part, which the
+        server writes one after the other: a large node's text is not copied to append
+        a few lines at every scrape."""
         view = self._store.current()
         if not self._lock.acquire(blocking=False):
             return None
@@ -531,9 +535,12 @@ class Exposition:
         the first member, as curl does, see it all)."""
         self._asked_at[openmetrics] = self._clock()
         view = self._store.current()
-        return self._finish(view, openmetrics, self._cached(view, openmetrics, gz))
+        body = self._finish(view, openmetrics, self._cached(view, openmetrics, gz))
+        return body if isinstance(body, bytes) else b"".join(body)
 
-    def _finish(self, view: NodeView | None, openmetrics: bool, part: bytes | _Gzipped) -> bytes:
-        """The cached part followed by the live part (into the same gzip member)."""
+    def _finish(
+        self, view: NodeView | None, openmetrics: bool, part: bytes | _Gzipped
+    ) -> bytes | tuple[bytes, bytes]:
+        """The cached part followed by the live part: the two, or one gzip member."""
         live = self._live_part(view, openmetrics)
-        return part + live if isinstance(part, bytes) else part.finish(live)
+        return (part, live) if isinstance(part, bytes) else part.finish(live)

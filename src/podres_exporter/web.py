@@ -52,6 +52,7 @@ from prometheus_client.openmetrics import exposition as om
 from podres_exporter.webconfig import WebConfig, WebConfigProvider
 
 __all__ = [
+    "Body",
     "Check",
     "Index",
     "Limits",
@@ -77,6 +78,9 @@ class MetricsBody(Protocol):
     def __call__(self, *, openmetrics: bool, gz: bool) -> bytes: ...
 
 
+# A response body: its bytes, or pieces of them that are written one after the other
+# (a large cached part and a small fresh one need not be joined for each request).
+Body = bytes | tuple[bytes, ...]
 Check = Callable[[], tuple[bool, str]]
 """A health or readiness check: whether it passes, and the line to answer with."""
 
@@ -115,15 +119,15 @@ class Site:
     """What a daemon serves.
 
     ``metrics_ready``, when given, answers ``/metrics`` on the event loop itself when it
-    can do so at once (a cached body: no rendering, no waiting on a lock) and None
-    otherwise, when ``metrics`` answers it from a worker: a scrape of a cached body
+    can do so at once (a cached body, as bytes or pieces: no rendering, no waiting on a
+    lock) and None otherwise, when ``metrics`` answers it from a worker: a scrape of a cached body
     needs no hop between threads, which under many scrapers is most of its cost."""
 
     metrics: MetricsBody
     health: Check
     readiness: Check
     index: Index
-    metrics_ready: Callable[..., bytes | None] | None = None
+    metrics_ready: Callable[..., Body | None] | None = None
 
 
 # --------------------------------------------------------------------------- rendering
@@ -421,7 +425,7 @@ def _parse_head(head: bytes) -> _Request | None:
 @dataclass(frozen=True, slots=True)
 class _Response:
     status: HTTPStatus
-    body: bytes
+    body: Body
     content_type: str = _TEXT
     headers: tuple[tuple[str, str], ...] = ()
 
@@ -446,7 +450,7 @@ def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) ->
         "Server: podres",  # the product alone: no version of ours or of Python
         f"Date: {_http_date(int(time.time()))}",
         f"Content-Type: {response.content_type}",
-        f"Content-Length: {len(response.body)}",
+        f"Content-Length: {_size(response.body)}",
     ]
     lines += [f"{k}: {v}" for k, v in response.headers]
     ours = ("\r\n".join(lines) + "\r\n").encode("latin-1", "replace")
@@ -454,17 +458,32 @@ def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) ->
     return ours + extra + close + b"\r\n"
 
 
-def _rest(head: bytes, body: bytes | memoryview, sent: int) -> bytes | memoryview:
-    """What is left of ``head`` then ``body`` once ``sent`` bytes of them are out."""
-    if sent < len(head):
-        return head[sent:] + body
-    return memoryview(body)[sent - len(head) :]
+def _size(body: Body | memoryview) -> int:
+    return sum(map(len, body)) if isinstance(body, tuple) else len(body)
+
+
+def _pieces(head: bytes, body: Body | memoryview) -> tuple[bytes | memoryview, ...]:
+    """``head`` then ``body``, as the buffers of one ``sendmsg``."""
+    return (head, *body) if isinstance(body, tuple) else (head, body)
+
+
+def _rest(pieces: tuple[bytes | memoryview, ...], sent: int) -> bytes | memoryview:
+    """What is left of ``pieces`` once ``sent`` bytes of them are out: a view of the last
+    piece begun, or the join of what is left when more than that piece is."""
+    for i, piece in enumerate(pieces):
+        if sent < len(piece):
+            tail = memoryview(piece)[sent:]
+            after = pieces[i + 1 :]
+            return b"".join((tail, *after)) if after else tail
+        sent -= len(piece)
+    return b""
 
 
 def _refusal(status: HTTPStatus, text: str, extra: bytes, *headers: tuple[str, str]) -> bytes:
     """A whole response that closes its connection, for answers the loop gives itself."""
-    response = _text(status, text, *headers)
-    return _head_bytes(response, connection="close", extra=extra) + response.body
+    body = f"{text}\n".encode()
+    response = _Response(status, body, _TEXT, headers)
+    return _head_bytes(response, connection="close", extra=extra) + body
 
 
 # ------------------------------------------------------------------------------ server
@@ -803,17 +822,19 @@ class WebServer:
             conn.pending = data  # incomplete, pipelined, refused or not ready at once
             return True
         head, body, conn.keep_alive = answer
+        pieces = _pieces(head, body)
         try:
-            sent = sock.sendmsg((head, body))
+            sent = sock.sendmsg(pieces)
         except BlockingIOError:
             sent = 0
         except OSError:
             sent = -1
-        if sent < 0 or (sent == len(head) + len(body) and not conn.keep_alive):
+        size = len(head) + _size(body)
+        if sent < 0 or (sent == size and not conn.keep_alive):
             sock.close()  # gone, or answered: with nothing unread, the answer goes out first
             return False
-        if sent < len(head) + len(body):
-            conn.unsent = _rest(head, body, sent)
+        if sent < size:
+            conn.unsent = _rest(pieces, sent)
         else:
             conn.answered = True
         return True
@@ -1110,7 +1131,7 @@ class WebServer:
 
     def _answer_bytes(
         self, request: _Request, response: _Response, extra: bytes
-    ) -> tuple[bytes, bytes, bool]:
+    ) -> tuple[bytes, Body, bool]:
         """The head and body that answer ``request`` with ``response``, and whether the
         connection stays open after them."""
         keep_alive = request.keep_alive and not self._state.stopping
@@ -1121,7 +1142,7 @@ class WebServer:
         head = _head_bytes(response, connection=connection, extra=extra)
         return head, b"" if request.method == "HEAD" else response.body, keep_alive
 
-    def _ready_answer(self, request: _Request | None) -> tuple[bytes, bytes, bool] | None:
+    def _ready_answer(self, request: _Request | None) -> tuple[bytes, Body, bool] | None:
         """The answer to ``request`` on a server with no web config, when the loop has
         it at once: ``/metrics`` from ``metrics_ready``. None for every other request
         (answered by :meth:`_response`) and for one the loop refuses."""
@@ -1153,13 +1174,14 @@ class WebServer:
     async def _write(
         writer: asyncio.StreamWriter,
         head: bytes,
-        body: bytes | memoryview,
+        body: Body | memoryview,
         sock: socket.socket | None,
     ) -> None:
         """``head`` and ``body``; returns once the last byte is with the kernel.
 
-        ``sock``, a plain connection's socket: while the transport holds nothing, both
-        go to it in one system call, neither copied. What the kernel does not take (and
+        ``sock``, a plain connection's socket: while the transport holds nothing, the
+        head and every piece of the body go to it in one system call, none copied. What
+        the kernel does not take (and
         everything on a TLS connection) goes through the transport: in one write when
         the body is small, else in slices. Unless the kernel took the whole slice, the
         loop runs before the next, so that a connection lost meanwhile is noticed first:
@@ -1169,13 +1191,16 @@ class WebServer:
         if sock is not None and not transport.get_write_buffer_size():
             if transport.is_closing():
                 raise ConnectionResetError("the client closed the connection")
+            pieces = _pieces(head, body)
             try:
-                sent = sock.sendmsg((head, body))
+                sent = sock.sendmsg(pieces)
             except BlockingIOError:
                 sent = 0
-            if sent == len(head) + len(body):
+            if sent == len(head) + _size(body):
                 return
-            head, body = b"", _rest(head, body, sent)
+            head, body = b"", _rest(pieces, sent)
+        elif isinstance(body, tuple):
+            body = b"".join(body)
         view = memoryview(body)
         tls = writer.get_extra_info("ssl_object") is not None
         for start in range(0, max(len(body), 1), _WRITE_SLICE):
@@ -1294,7 +1319,7 @@ class WebServer:
             return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR)
 
     @staticmethod
-    def _metrics_response(request: _Request, body: Callable[..., bytes | None]) -> _Response | None:
+    def _metrics_response(request: _Request, body: Callable[..., Body | None]) -> _Response | None:
         """``/metrics`` in the format and encoding ``request`` asks for, by ``body``;
         None when ``body`` has none (``metrics_ready`` with nothing cached)."""
         accept, coding = request.headers.get("accept", ""), request.headers.get("accept-encoding")
