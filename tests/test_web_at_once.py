@@ -1,11 +1,13 @@
-"""A request that arrives with its connection, answered as the connection is accepted,
-on real sockets: the same answer as the usual path, no task for a connection that
-closes after it, and every request it cannot answer that way left whole to the usual
-path."""
+"""Scrapes answered at once, on real sockets: one that arrives with its connection, as
+the connection is accepted, and a kept-alive connection's next one, as it arrives. The
+same answer as the usual path, no task for a connection that closes after it, none woken
+for a kept-alive one, what the kernel does not take sent in order, and every request
+that cannot be answered that way left whole to the usual path."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import socket
 import threading
@@ -87,6 +89,19 @@ def connection_tasks(server: WebServer) -> list[int]:
 
     server._connection = counted  # type: ignore[method-assign]
     return started
+
+
+def usual_answers(server: WebServer) -> list[str]:
+    """A list of the paths of the requests a connection's task answers."""
+    paths: list[str] = []
+    usual = server._respond
+
+    async def counted(conn: Any, request: Any, writer: Any) -> bool:
+        paths.append(request.path)
+        return await usual(conn, request, writer)
+
+    server._respond = counted  # type: ignore[method-assign]
+    return paths
 
 
 def get(path: str = "/metrics", *headers: str, method: str = "GET") -> bytes:
@@ -287,6 +302,113 @@ def test_stop_lets_the_rest_of_an_answer_given_at_accept_finish() -> None:
             assert received == len(body) + len(LIVE)
         stopper.join(5)
         assert not stopper.is_alive()
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------- kept alive
+
+
+def test_a_kept_alive_connections_next_scrapes_are_answered_as_they_arrive(
+    server: WebServer,
+) -> None:
+    """Scrape after scrape on one connection, in either format: none wakes its task,
+    which answers what else comes (a probe, pipelined scrapes); ``Connection: close``
+    closes it."""
+    answers = usual_answers(server)
+    (sock,) = sent_while_held(server, get())
+    om_gzip = ("Accept: " + OPENMETRICS, "Accept-Encoding: gzip")
+    with sock:
+        assert read_response(sock)[::2] == (200, TEXT)
+        for headers, body in [((), TEXT), (om_gzip, gzip.compress(OM_BODY, mtime=0))] * 3:
+            sock.sendall(get("/metrics", *headers))
+            status, got_headers, got = read_response(sock)
+            assert (status, got) == (200, body)
+            assert "Connection" not in got_headers
+        assert answers == []
+        sock.sendall(get("/healthz"))
+        assert read_response(sock)[::2] == (200, b"ok\n")
+        sock.sendall(get() + get())  # pipelined: the task answers both, in order
+        assert [read_response(sock)[::2] for _ in range(2)] == [(200, TEXT)] * 2
+        assert answers == ["/healthz", "/metrics", "/metrics"]
+        sock.sendall(get("/metrics", "Connection: close"))
+        status, got_headers, got = read_response(sock)
+        assert (status, got_headers["Connection"], got) == (200, "close", TEXT)
+        assert closed_by_server(sock, 2)
+    assert answers == ["/healthz", "/metrics", "/metrics"]
+
+
+def test_the_rest_of_a_large_kept_alive_answer_goes_out_in_order() -> None:
+    """A kept-alive scrape larger than the socket takes at once: the transport sends
+    the rest, then the connection serves the next request."""
+    body = bytes(range(256)) * (1 << 16)  # 16 MiB
+    server = WebServer(("127.0.0.1", 0), ready_site(body), limits=Limits(idle_timeout_s=10))
+    server.start("test-http")
+    try:
+        answers = usual_answers(server)
+        with connect(server) as sock:
+            sock.sendall(get("/healthz"))
+            assert read_response(sock)[::2] == (200, b"ok\n")
+            for _ in range(2):
+                sock.sendall(get())
+                status, _, got = read_response(sock)
+                assert status == 200 and got == body + LIVE
+            sock.sendall(get("/readyz"))
+            assert read_response(sock)[::2] == (200, b"ready\n")
+        assert answers == ["/healthz", "/readyz"]
+    finally:
+        server.stop()
+
+
+def test_stop_lets_the_rest_of_a_kept_alive_answer_finish() -> None:
+    """The connection is busy until the rest of an answer given as the request arrived
+    is out: stop() lets it finish, then closes the connection."""
+    body = b"x" * (32 << 20)
+    server = WebServer(("127.0.0.1", 0), ready_site(body), limits=QUICK)
+    server.start("test-http")
+    stopper = threading.Thread(target=server.stop)
+    try:
+        with connect(server) as sock:
+            sock.sendall(get("/healthz"))
+            assert read_response(sock)[::2] == (200, b"ok\n")
+            sock.sendall(get())
+            head = sock.recv(256)
+            assert head.startswith(b"HTTP/1.1 200 OK")
+            time.sleep(0.2)  # the rest waits in the transport for the client
+            stopper.start()
+            time.sleep(0.2)
+            received = len(head.partition(b"\r\n\r\n")[2])
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+            assert received == len(body) + len(LIVE)
+        stopper.join(5)
+        assert not stopper.is_alive()
+    finally:
+        server.stop()
+
+
+def test_a_ready_body_that_raises_is_a_500_at_once_and_the_server_keeps_serving(
+    debug_logs: list[dict[str, Any]],
+) -> None:
+    """``metrics_ready`` raising, at accept and on a kept-alive connection: a generic 500
+    and an error event each time; the server goes on."""
+
+    def broken(*, openmetrics: bool, gz: bool) -> bytes:
+        raise RuntimeError("cannot read /var/lib/secret/state.db")
+
+    site = ready_site()
+    server = WebServer(("127.0.0.1", 0), dataclasses.replace(site, metrics_ready=broken))
+    server.start("test-http")
+    try:
+        (sock,) = sent_while_held(server, get())
+        with sock:
+            assert read_response(sock)[::2] == (500, b"internal error\n")
+            sock.sendall(get())
+            assert read_response(sock)[::2] == (500, b"internal error\n")
+            sock.sendall(get("/healthz"))
+            assert read_response(sock)[::2] == (200, b"ok\n")
+        failed = [e for e in debug_logs if e["event"] == "http_request_failed"]
+        assert len(failed) == 2 and all("RuntimeError" in e["error"] for e in failed)
     finally:
         server.stop()
 

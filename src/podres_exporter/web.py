@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from email.utils import formatdate
-from functools import lru_cache
+from functools import lru_cache, partial
 from http import HTTPStatus
 from typing import Protocol
 
@@ -531,6 +531,31 @@ def _drop(transport: asyncio.WriteTransport) -> None:
         state["_read_ready_cb"] = None
 
 
+class _Protocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, but data that ``at_once`` answers itself (a kept-alive
+    connection's next scrape) never reaches the reader, and ``drained`` is called when
+    the transport lets writing resume."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        loop: asyncio.AbstractEventLoop,
+        at_once: Callable[[bytes], bool],
+        drained: Callable[[], None],
+    ) -> None:
+        super().__init__(reader, loop=loop)
+        self._at_once = at_once
+        self._drained = drained
+
+    def data_received(self, data: bytes) -> None:
+        if not self._at_once(data):
+            super().data_received(data)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._drained()
+
+
 @dataclass(eq=False, slots=True)
 class _Connection:
     """One open connection: whether a request of it is in flight (stop lets it finish,
@@ -555,7 +580,10 @@ class _Connection:
     # whether the connection stays open after it.
     unsent: bytes | memoryview | None = None
     answered: bool = False
-    keep_alive: bool = False
+    keep_alive: bool = False  # of the answer given at once (at accept, or waiting)
+    transport: asyncio.Transport | None = None
+    waiting: bool = False  # its task waits for the next request, none of it read yet
+    flushing: bool = False  # an answer given at once is not all with the kernel yet
 
 
 @dataclass(slots=True)
@@ -877,7 +905,12 @@ class WebServer:
             except Exception:  # noqa: BLE001 - logged by _ask_provider; close, unanswered
                 return
             reader = asyncio.StreamReader(limit=self.limits.max_head_bytes, loop=loop)
-            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            protocol = _Protocol(
+                reader,
+                loop,
+                partial(self._answer_waiting, conn),
+                partial(self._flushed, conn),
+            )
             tls = config.tls if config is not None else None
             try:
                 transport, _ = await loop.connect_accepted_socket(
@@ -895,6 +928,7 @@ class WebServer:
             # default high-water mark, 64 KiB, would stop every slice for the client).
             transport.set_write_buffer_limits(high=_WRITE_SLICE)
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            conn.transport = transport
             conn.sock = sock if tls is None else None
             await self._requests(conn, reader, writer)
         except asyncio.CancelledError:
@@ -1040,10 +1074,13 @@ class WebServer:
             first, conn.pending = conn.pending, b""
             return first
         self._expect(conn, self.limits.idle_timeout_s, "idle")
+        conn.waiting = True
         try:
             return await reader.read(self.limits.max_head_bytes + 1) or None
         except OSError:
             return None
+        finally:
+            conn.waiting = False
 
     async def _read_head(
         self,
@@ -1146,16 +1183,82 @@ class WebServer:
         """The answer to ``request`` on a server with no web config, when the loop has
         it at once: ``/metrics`` from ``metrics_ready``. None for every other request
         (answered by :meth:`_response`) and for one the loop refuses."""
-        ready = self.site.metrics_ready
-        if (
-            request is None
-            or request.path != "/metrics"
-            or ready is None
-            or self._refusal_for(request) is not None
-        ):
+        if request is None or self._refusal_for(request) is not None:
             return None
-        response = self._metrics_response(request, ready)
+        response = self._ready_metrics(request)
         return None if response is None else self._answer_bytes(request, response, b"")
+
+    def _ready_metrics(self, request: _Request) -> _Response | None:
+        """``/metrics`` from ``metrics_ready``, on the loop; None for another path, or
+        when it has no body at once. One that raises is answered 500."""
+        ready = self.site.metrics_ready
+        if request.path != "/metrics" or ready is None:
+            return None
+        try:
+            return self._metrics_response(request, ready)
+        except Exception as err:  # noqa: BLE001 - answer 500, keep serving
+            log.error("http_request_failed", path=request.path, error=repr(err))
+            return _Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL_ERROR)
+
+    def _answer_waiting(self, conn: _Connection, data: bytes) -> bool:
+        """Answer on the spot, with no task woken, the next request of a plain kept-alive
+        connection whose task waits for it, when ``data`` is all of it and its answer is
+        ready on the loop (:meth:`_ready_answer`); whether it did (else ``data`` goes to
+        the reader). An answer the kernel does not take whole is finished by the
+        transport, the connection busy until then (:meth:`_flushed`)."""
+        sock, transport = conn.sock, conn.transport
+        if (
+            not conn.waiting
+            or sock is None
+            or transport is None
+            or transport.get_write_buffer_size()
+            or self._state.stopping
+        ):
+            return False
+        whole = len(data) <= self.limits.max_head_bytes and data.find(b"\r\n\r\n") == len(data) - 4
+        answer = self._ready_answer(self._parse(data) if whole else None)
+        if answer is None:
+            return False
+        head, body, conn.keep_alive = answer
+        pieces = _pieces(head, body)
+        try:
+            sent = sock.sendmsg(pieces)
+        except BlockingIOError:
+            sent = 0
+        except OSError as err:
+            log.debug("http_client_gone", path="/metrics", error=str(err) or type(err).__name__)
+            transport.abort()  # the task then sees the connection end
+            return True
+        if sent < len(head) + _size(body):
+            conn.busy, conn.flushing = True, True
+            self._state.idle.pop(conn, None)
+            self._expect(conn, self.limits.write_timeout_s, "write")
+            transport.set_write_buffer_limits(high=0)  # resume_writing once it is empty
+            transport.write(_rest(pieces, sent))
+            if not transport.get_write_buffer_size():
+                self._flushed(conn)
+        elif not conn.keep_alive:
+            transport.close()  # the task then sees the connection end
+        else:
+            self._expect(conn, self.limits.idle_timeout_s, "idle")
+            if conn in self._state.idle:
+                self._state.idle.move_to_end(conn)
+        return True
+
+    def _flushed(self, conn: _Connection) -> None:
+        """The transport took in, and has now sent, the rest of an answer given at once:
+        the connection idles again (or closes, unless kept alive)."""
+        if not conn.flushing or conn.transport is None:
+            return
+        conn.busy, conn.flushing = False, False
+        transport = conn.transport
+        transport.set_write_buffer_limits(high=_WRITE_SLICE)
+        if not conn.keep_alive or self._state.stopping:
+            transport.close()
+            return
+        self._expect(conn, self.limits.idle_timeout_s, "idle")
+        if conn in self._state.connections:
+            self._state.idle[conn] = None
 
     async def _send_rest(self, conn: _Connection, writer: asyncio.StreamWriter) -> bool:
         """Send what the kernel did not take of the answer given at accept; whether the
@@ -1270,10 +1373,9 @@ class WebServer:
             denial = await self._denial(config, request.headers.get("authorization"))
             if denial is not None:
                 return denial, extra
-        if request.path == "/metrics" and self.site.metrics_ready is not None:
-            ready = self._metrics_response(request, self.site.metrics_ready)
-            if ready is not None:
-                return ready, extra
+        ready = self._ready_metrics(request)
+        if ready is not None:
+            return ready, extra
         pool = self._probe_pool if probe else self._pool
         assert pool is not None
         loop = asyncio.get_running_loop()

@@ -125,6 +125,9 @@ def test_sysfs_and_procfs_entries_vanishing_while_read(
             assert status == 200
             parse_samples(body.decode())
             scrapes += 1
+            # Paced as a scraper is: back to back, parsing in this process, the scrapes
+            # would leave the churn's thread little of the interpreter lock.
+            time.sleep(0.005)
     assert churn.rounds > 20 and scrapes > 10
     assert not exporter.exited(), exporter.tail()
 
