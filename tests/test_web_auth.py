@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.client
 import threading
 import time
@@ -253,3 +254,28 @@ def test_a_failing_provider_closes_connections_and_logs_once(serve: Serve) -> No
         assert request(server, "/metrics")[::2] == (200, b"up 1\n")
     assert [e["event"] for e in logs] == ["web_config_failed", "web_config_recovered"]
     assert "/etc/podres/web.yml" in logs[0]["error"]
+
+
+def test_a_ready_body_on_a_kept_alive_connection_still_needs_credentials() -> None:
+    """A body ready on the loop is never answered past the configuration: on one kept-
+    alive connection, each scrape's credentials are checked and its headers added."""
+    config = protected()
+    site = dataclasses.replace(SITE, metrics_ready=lambda *, openmetrics, gz: b"ready 1\n")
+    server = WebServer(("127.0.0.1", 0), site, web_config=lambda: config)
+    server.start("auth-http")
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        for headers, status, body in [
+            (GOOD, 200, b"ready 1\n"),
+            ({}, 401, b"unauthorized\n"),
+            (basic("prom", b"wrong"), 401, b"unauthorized\n"),
+            (GOOD, 200, b"ready 1\n"),
+        ]:
+            conn.request("GET", "/metrics", headers=headers)
+            resp = conn.getresponse()
+            assert (resp.status, resp.read()) == (status, body)
+            assert resp.getheader("X-Frame-Options") == "deny"
+            assert not resp.will_close
+    finally:
+        conn.close()
+        server.stop()

@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -71,9 +72,14 @@ def connect(server: WebServer, timeout: float = 5) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
 
 
+# What a read_response call received past its response: the next one's start.
+_AHEAD: weakref.WeakKeyDictionary[socket.socket, bytes] = weakref.WeakKeyDictionary()
+
+
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One response from ``sock``: status, headers, body (by Content-Length)."""
-    data = b""
+    """One response from ``sock``: status, headers, body (by Content-Length). Bytes
+    received past it (pipelined answers can come in one segment) start the next call's."""
+    data = _AHEAD.pop(sock, b"")
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
@@ -88,6 +94,8 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
         if not chunk:
             raise ConnectionError("closed inside a response body")
         body += chunk
+    if len(body) > length:
+        body, _AHEAD[sock] = body[:length], body[length:]
     return int(status_line.split(" ")[1]), headers, body
 
 

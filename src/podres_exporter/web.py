@@ -120,8 +120,9 @@ class Site:
 
     ``metrics_ready``, when given, answers ``/metrics`` on the event loop itself when it
     can do so at once (a cached body, as bytes or pieces: no rendering, no waiting on a
-    lock) and None otherwise, when ``metrics`` answers it from a worker: a scrape of a cached body
-    needs no hop between threads, which under many scrapers is most of its cost."""
+    lock) and None otherwise, when ``metrics`` answers it from a worker: a scrape of a
+    cached body needs no hop between threads, which under many scrapers is most of its
+    cost."""
 
     metrics: MetricsBody
     health: Check
@@ -458,7 +459,7 @@ def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) ->
     return ours + extra + close + b"\r\n"
 
 
-def _size(body: Body | memoryview) -> int:
+def _size(body: Body) -> int:
     return sum(map(len, body)) if isinstance(body, tuple) else len(body)
 
 
@@ -477,6 +478,18 @@ def _rest(pieces: tuple[bytes | memoryview, ...], sent: int) -> bytes | memoryvi
             return b"".join((tail, *after)) if after else tail
         sent -= len(piece)
     return b""
+
+
+def _send(sock: socket.socket, head: bytes, body: Body | memoryview) -> bytes | memoryview:
+    """``head`` then ``body`` to ``sock`` in one ``sendmsg``, none of them copied, as far
+    as the kernel takes them now; what is left (empty when everything went). OSError
+    when the connection is lost."""
+    pieces = _pieces(head, body)
+    try:
+        sent = sock.sendmsg(pieces)
+    except BlockingIOError:
+        sent = 0
+    return _rest(pieces, sent)
 
 
 def _refusal(status: HTTPStatus, text: str, extra: bytes, *headers: tuple[str, str]) -> bytes:
@@ -844,25 +857,20 @@ class WebServer:
         if not data:
             sock.close()  # the client left
             return False
-        whole = len(data) <= self.limits.max_head_bytes and data.find(b"\r\n\r\n") == len(data) - 4
-        answer = self._ready_answer(self._parse(data) if whole else None)
+        answer = self._ready_answer(data)
         if answer is None:
             conn.pending = data  # incomplete, pipelined, refused or not ready at once
             return True
         head, body, conn.keep_alive = answer
-        pieces = _pieces(head, body)
         try:
-            sent = sock.sendmsg(pieces)
-        except BlockingIOError:
-            sent = 0
+            rest = _send(sock, head, body)
         except OSError:
-            sent = -1
-        size = len(head) + _size(body)
-        if sent < 0 or (sent == size and not conn.keep_alive):
+            rest = None  # gone
+        if rest is None or (not rest and not conn.keep_alive):
             sock.close()  # gone, or answered: with nothing unread, the answer goes out first
             return False
-        if sent < size:
-            conn.unsent = _rest(pieces, sent)
+        if rest:
+            conn.unsent = rest
         else:
             conn.answered = True
         return True
@@ -1179,10 +1187,18 @@ class WebServer:
         head = _head_bytes(response, connection=connection, extra=extra)
         return head, b"" if request.method == "HEAD" else response.body, keep_alive
 
-    def _ready_answer(self, request: _Request | None) -> tuple[bytes, Body, bool] | None:
-        """The answer to ``request`` on a server with no web config, when the loop has
-        it at once: ``/metrics`` from ``metrics_ready``. None for every other request
-        (answered by :meth:`_response`) and for one the loop refuses."""
+    def _ready_answer(self, data: bytes) -> tuple[bytes, Body, bool] | None:
+        """The answer, on a server with no web config, to ``data`` when it is one whole
+        request head (no more, no less) whose answer the loop has at once: ``/metrics``
+        from ``metrics_ready``. None for anything else (answered the usual way), and
+        always with a web config (its credentials and headers are for the usual way)."""
+        if (
+            self._provider is not None
+            or len(data) > self.limits.max_head_bytes
+            or data.find(b"\r\n\r\n") != len(data) - 4
+        ):
+            return None
+        request = self._parse(data)
         if request is None or self._refusal_for(request) is not None:
             return None
         response = self._ready_metrics(request)
@@ -1215,26 +1231,22 @@ class WebServer:
             or self._state.stopping
         ):
             return False
-        whole = len(data) <= self.limits.max_head_bytes and data.find(b"\r\n\r\n") == len(data) - 4
-        answer = self._ready_answer(self._parse(data) if whole else None)
+        answer = self._ready_answer(data)
         if answer is None:
             return False
         head, body, conn.keep_alive = answer
-        pieces = _pieces(head, body)
         try:
-            sent = sock.sendmsg(pieces)
-        except BlockingIOError:
-            sent = 0
+            rest = _send(sock, head, body)
         except OSError as err:
             log.debug("http_client_gone", path="/metrics", error=str(err) or type(err).__name__)
             transport.abort()  # the task then sees the connection end
             return True
-        if sent < len(head) + _size(body):
+        if rest:
             conn.busy, conn.flushing = True, True
             self._state.idle.pop(conn, None)
             self._expect(conn, self.limits.write_timeout_s, "write")
             transport.set_write_buffer_limits(high=0)  # resume_writing once it is empty
-            transport.write(_rest(pieces, sent))
+            transport.write(rest)
             if not transport.get_write_buffer_size():
                 self._flushed(conn)
         elif not conn.keep_alive:
@@ -1294,14 +1306,10 @@ class WebServer:
         if sock is not None and not transport.get_write_buffer_size():
             if transport.is_closing():
                 raise ConnectionResetError("the client closed the connection")
-            pieces = _pieces(head, body)
-            try:
-                sent = sock.sendmsg(pieces)
-            except BlockingIOError:
-                sent = 0
-            if sent == len(head) + _size(body):
+            rest = _send(sock, head, body)
+            if not rest:
                 return
-            head, body = b"", _rest(pieces, sent)
+            head, body = b"", rest
         elif isinstance(body, tuple):
             body = b"".join(body)
         view = memoryview(body)
