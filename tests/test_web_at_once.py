@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -338,49 +339,114 @@ def test_a_kept_alive_connections_next_scrapes_are_answered_as_they_arrive(
     assert answers == ["/healthz", "/metrics", "/metrics"]
 
 
-def test_the_rest_of_a_large_kept_alive_answer_goes_out_in_order() -> None:
-    """A kept-alive scrape larger than the socket takes at once: the transport sends
-    the rest, then the connection serves the next request."""
+def test_a_large_kept_alive_answer_is_left_to_the_task() -> None:
+    """An answer over a slice (256 KiB) is the task's, which holds at most a slice of it
+    at a time for a client that reads slowly, never a copy of the rest."""
     body = bytes(range(256)) * (1 << 16)  # 16 MiB
     server = WebServer(("127.0.0.1", 0), ready_site(body), limits=Limits(idle_timeout_s=10))
     server.start("test-http")
     try:
         answers = usual_answers(server)
         with connect(server) as sock:
-            sock.sendall(get("/healthz"))
-            assert read_response(sock)[::2] == (200, b"ok\n")
-            for _ in range(2):
-                sock.sendall(get())
+            for path in ("/healthz", "/metrics", "/metrics", "/readyz"):
+                sock.sendall(get(path))
+                status, _, got = read_response(sock)
+                assert status == 200
+                assert got == {"/healthz": b"ok\n", "/readyz": b"ready\n"}.get(path, body + LIVE)
+        assert answers == ["/healthz", "/metrics", "/metrics", "/readyz"]
+    finally:
+        server.stop()
+
+
+def unread_capacity() -> int:
+    """About the most a loopback connection holds for a client that does not read: the
+    sender's largest buffer (``tcp_wmem``), doubled for the receiver's side."""
+    try:
+        largest = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, IndexError, ValueError):
+        largest = 4 << 20
+    return 2 * largest
+
+
+@contextlib.contextmanager
+def stalled_scrapes(server: WebServer, body: bytes) -> Iterator[tuple[socket.socket, int]]:
+    """A kept-alive connection sent one scrape at a time, each answered as it arrives,
+    not read, until the kernel takes one only in part (its rest left to the
+    transport); then three more, which wait. Yields the socket, which has read
+    nothing yet, and the number of scrapes sent."""
+    at_once: list[int] = []
+    answer = server._answer_waiting
+
+    def counted(conn: Any, data: bytes) -> bool:
+        answered = answer(conn, data)
+        at_once.append(answered)
+        return answered
+
+    server._answer_waiting = counted  # type: ignore[method-assign]
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", server.port))
+    with sock:
+        sock.sendall(get("/healthz"))
+        assert read_response(sock)[::2] == (200, b"ok\n")
+        (conn,) = server._state.connections
+        sent = 0
+        while conn.flushed is None or conn.flushed.done():
+            assert sent < unread_capacity() // len(body) + 8, "every answer went out whole"
+            arrived = len(at_once)
+            sock.sendall(get())
+            sent += 1
+            deadline = time.monotonic() + 5
+            while len(at_once) == arrived:
+                assert time.monotonic() < deadline, "no answer"
+                time.sleep(0.001)
+            assert at_once[-1], "not answered as it arrived"
+        for _ in range(3):
+            sock.sendall(get())
+        yield sock, sent + 3
+
+
+def test_the_rest_of_a_kept_alive_answer_goes_out_before_the_next_one() -> None:
+    """A kept-alive scrape the kernel takes only in part: the transport sends the rest,
+    the connection busy meanwhile; what arrives meanwhile is answered after it, in
+    order, by the task."""
+    body = bytes(range(256)) * 800  # 200 KiB: answered as it arrives
+    server = WebServer(("127.0.0.1", 0), ready_site(body), limits=Limits(idle_timeout_s=10))
+    server.start("test-http")
+    try:
+        answers = usual_answers(server)
+        with stalled_scrapes(server, body) as (sock, sent):
+            (conn,) = server._state.connections
+            assert conn.busy
+            for _ in range(sent):
                 status, _, got = read_response(sock)
                 assert status == 200 and got == body + LIVE
             sock.sendall(get("/readyz"))
             assert read_response(sock)[::2] == (200, b"ready\n")
-        assert answers == ["/healthz", "/readyz"]
+        assert answers.count("/metrics") == 3  # those sent while the rest was out
     finally:
         server.stop()
 
 
 def test_stop_lets_the_rest_of_a_kept_alive_answer_finish() -> None:
-    """The connection is busy until the rest of an answer given as the request arrived
-    is out: stop() lets it finish, then closes the connection."""
-    body = b"x" * (32 << 20)
+    """stop() while the rest of an answer given as its request arrived is in the
+    transport: that answer finishes whole, then the connection closes."""
+    body = bytes(range(256)) * 800
     server = WebServer(("127.0.0.1", 0), ready_site(body), limits=QUICK)
     server.start("test-http")
     stopper = threading.Thread(target=server.stop)
     try:
-        with connect(server) as sock:
-            sock.sendall(get("/healthz"))
-            assert read_response(sock)[::2] == (200, b"ok\n")
-            sock.sendall(get())
-            head = sock.recv(256)
-            assert head.startswith(b"HTTP/1.1 200 OK")
-            time.sleep(0.2)  # the rest waits in the transport for the client
+        with stalled_scrapes(server, body) as (sock, _):
             stopper.start()
             time.sleep(0.2)
-            received = len(head.partition(b"\r\n\r\n")[2])
-            while chunk := sock.recv(1 << 20):
-                received += len(chunk)
-            assert received == len(body) + len(LIVE)
+            answered = 0
+            with pytest.raises(ConnectionError, match="before a response head"):
+                while True:  # whole answers, then the close: none cut short
+                    status, _, got = read_response(sock)
+                    assert status == 200 and got == body + LIVE
+                    answered += 1
+            assert answered > 0
         stopper.join(5)
         assert not stopper.is_alive()
     finally:

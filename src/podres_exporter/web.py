@@ -547,7 +547,7 @@ def _drop(transport: asyncio.WriteTransport) -> None:
 class _Protocol(asyncio.StreamReaderProtocol):
     """asyncio's stream protocol, but data that ``at_once`` answers itself (a kept-alive
     connection's next scrape) never reaches the reader, and ``drained`` is called when
-    the transport lets writing resume."""
+    the transport lets writing resume, and when the connection is lost."""
 
     def __init__(
         self,
@@ -566,6 +566,10 @@ class _Protocol(asyncio.StreamReaderProtocol):
 
     def resume_writing(self) -> None:
         super().resume_writing()
+        self._drained()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
         self._drained()
 
 
@@ -596,7 +600,9 @@ class _Connection:
     keep_alive: bool = False  # of the answer given at once (at accept, or waiting)
     transport: asyncio.Transport | None = None
     waiting: bool = False  # its task waits for the next request, none of it read yet
-    flushing: bool = False  # an answer given at once is not all with the kernel yet
+    # Done once the rest of an answer given as its request arrived is with the kernel
+    # (None: no such rest); the task answers nothing more before.
+    flushed: asyncio.Future[None] | None = None
 
 
 @dataclass(slots=True)
@@ -1084,11 +1090,14 @@ class WebServer:
         self._expect(conn, self.limits.idle_timeout_s, "idle")
         conn.waiting = True
         try:
-            return await reader.read(self.limits.max_head_bytes + 1) or None
+            data = await reader.read(self.limits.max_head_bytes + 1)
         except OSError:
             return None
         finally:
             conn.waiting = False
+        if data and conn.flushed is not None:
+            await conn.flushed  # an answer given at once goes out first
+        return data or None
 
     async def _read_head(
         self,
@@ -1227,12 +1236,13 @@ class WebServer:
             not conn.waiting
             or sock is None
             or transport is None
-            or transport.get_write_buffer_size()
+            or (conn.flushed is not None and not conn.flushed.done())
             or self._state.stopping
         ):
             return False
         answer = self._ready_answer(data)
-        if answer is None:
+        # A larger answer is the task's, which holds at most a slice of it at a time.
+        if answer is None or _size(answer[1]) > _WRITE_SLICE:
             return False
         head, body, conn.keep_alive = answer
         try:
@@ -1242,7 +1252,8 @@ class WebServer:
             transport.abort()  # the task then sees the connection end
             return True
         if rest:
-            conn.busy, conn.flushing = True, True
+            conn.busy = True
+            conn.flushed = asyncio.get_running_loop().create_future()
             self._state.idle.pop(conn, None)
             self._expect(conn, self.limits.write_timeout_s, "write")
             transport.set_write_buffer_limits(high=0)  # resume_writing once it is empty
@@ -1258,15 +1269,17 @@ class WebServer:
         return True
 
     def _flushed(self, conn: _Connection) -> None:
-        """The transport took in, and has now sent, the rest of an answer given at once:
-        the connection idles again (or closes, unless kept alive)."""
-        if not conn.flushing or conn.transport is None:
+        """The transport has sent the rest of an answer given as its request arrived (or
+        the connection is lost): the connection idles again, or closes unless kept
+        alive, and its task may answer what came meanwhile."""
+        flushed, transport = conn.flushed, conn.transport
+        if flushed is None or flushed.done() or transport is None:
             return
-        conn.busy, conn.flushing = False, False
-        transport = conn.transport
+        flushed.set_result(None)
+        conn.busy = False
         transport.set_write_buffer_limits(high=_WRITE_SLICE)
         if not conn.keep_alive or self._state.stopping:
-            transport.close()
+            transport.close()  # the task then sees the connection end
             return
         self._expect(conn, self.limits.idle_timeout_s, "idle")
         if conn in self._state.connections:
