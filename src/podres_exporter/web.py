@@ -1263,9 +1263,7 @@ class WebServer:
         elif not conn.keep_alive:
             transport.close()  # the task then sees the connection end
         else:
-            self._expect(conn, self.limits.idle_timeout_s, "idle")
-            if conn in self._state.idle:
-                self._state.idle.move_to_end(conn)
+            self._idle_again(conn)
         return True
 
     def _flushed(self, conn: _Connection) -> None:
@@ -1280,10 +1278,16 @@ class WebServer:
         transport.set_write_buffer_limits(high=_WRITE_SLICE)
         if not conn.keep_alive or self._state.stopping:
             transport.close()  # the task then sees the connection end
-            return
+        else:
+            self._idle_again(conn)
+
+    def _idle_again(self, conn: _Connection) -> None:
+        """After an answer given at once: ``conn`` waits for its next request, the most
+        recently idle of all (the last the cap closes for a newcomer)."""
         self._expect(conn, self.limits.idle_timeout_s, "idle")
         if conn in self._state.connections:
             self._state.idle[conn] = None
+            self._state.idle.move_to_end(conn)
 
     async def _send_rest(self, conn: _Connection, writer: asyncio.StreamWriter) -> bool:
         """Send what the kernel did not take of the answer given at accept; whether the
@@ -1309,12 +1313,11 @@ class WebServer:
 
         ``sock``, a plain connection's socket: while the transport holds nothing, the
         head and every piece of the body go to it in one system call, none copied. What
-        the kernel does not take (and
-        everything on a TLS connection) goes through the transport: in one write when
-        the body is small, else in slices. Unless the kernel took the whole slice, the
-        loop runs before the next, so that a connection lost meanwhile is noticed first:
-        asyncio warns on stderr about every write to a lost connection past the fifth,
-        and a TLS stream learns of the loss only then."""
+        the kernel does not take (and everything on a TLS connection) goes through the
+        transport: in one write when the body is small, else in slices. Unless the
+        kernel took the whole slice, the loop runs before the next, so that a connection
+        lost meanwhile is noticed first: asyncio warns on stderr about every write to a
+        lost connection past the fifth, and a TLS stream learns of the loss only then."""
         transport = writer.transport
         if sock is not None and not transport.get_write_buffer_size():
             if transport.is_closing():
