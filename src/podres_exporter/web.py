@@ -593,11 +593,11 @@ class _Connection:
     # A plain connection's socket, written to directly while its transport holds nothing.
     sock: socket.socket | None = None
     # The first request, answered as the connection was accepted: the answer's bytes the
-    # kernel did not take then (None: it took them all, or there was no such answer), and
-    # whether the connection stays open after it.
+    # kernel did not take then (None: it took them all, or there was no such answer).
     unsent: bytes | memoryview | None = None
-    answered: bool = False
-    keep_alive: bool = False  # of the answer given at once (at accept, or waiting)
+    # Whether the connection stays open after the last answer given at once (at accept,
+    # or as its request arrived); False while none was.
+    keep_alive: bool = False
     transport: asyncio.Transport | None = None
     waiting: bool = False  # its task waits for the next request, none of it read yet
     # Done once the rest of an answer given as its request arrived is with the kernel
@@ -877,8 +877,6 @@ class WebServer:
             return False
         if rest:
             conn.unsent = rest
-        else:
-            conn.answered = True
         return True
 
     def _close_longest_idle(self) -> bool:
@@ -994,11 +992,13 @@ class WebServer:
         # read, or it may have been answered, when it was accepted.
         first: bytes | None = conn.pending
         conn.pending = b""
-        if conn.unsent is not None and not await self._answering(
-            conn, writer, self._send_rest(conn, writer)
-        ):
-            return
-        if conn.answered or conn.unsent is not None:
+        if conn.unsent is not None:  # what the kernel did not take of it
+            rest = (b"", conn.unsent, conn.keep_alive)
+            if not await self._answering(
+                conn, writer, self._send_answer(conn, writer, rest, "/metrics")
+            ):
+                return
+        if conn.keep_alive:  # it was answered, and the connection stays
             first = await self._next_request(conn, reader)
         while first is not None and not self._state.stopping:
             head = await self._read_head(conn, reader, writer, first)
@@ -1174,11 +1174,23 @@ class WebServer:
         """Answer ``request`` (its work in a pool); whether the connection stays open."""
         response, extra = await self._response(request)
         head, body, keep_alive = self._answer_bytes(request, response, extra)
+        return await self._send_answer(conn, writer, (head, body, keep_alive), request.path)
+
+    async def _send_answer(
+        self,
+        conn: _Connection,
+        writer: asyncio.StreamWriter,
+        answer: tuple[bytes, Body | memoryview, bool],
+        path: str,
+    ) -> bool:
+        """Write ``answer`` (head, body, whether the connection stays open after them)
+        by the write deadline; whether the connection stays open."""
+        head, body, keep_alive = answer
         self._expect(conn, self.limits.write_timeout_s, "write")
         try:
             await self._write(writer, head, body, conn.sock)
         except OSError as err:
-            log.debug("http_client_gone", path=request.path, error=str(err) or type(err).__name__)
+            log.debug("http_client_gone", path=path, error=str(err) or type(err).__name__)
             return False
         conn.deadline = math.inf
         return keep_alive
@@ -1288,19 +1300,6 @@ class WebServer:
         if conn in self._state.connections:
             self._state.idle[conn] = None
             self._state.idle.move_to_end(conn)
-
-    async def _send_rest(self, conn: _Connection, writer: asyncio.StreamWriter) -> bool:
-        """Send what the kernel did not take of the answer given at accept; whether the
-        connection stays open."""
-        assert conn.unsent is not None
-        self._expect(conn, self.limits.write_timeout_s, "write")
-        try:
-            await self._write(writer, b"", conn.unsent, conn.sock)
-        except OSError as err:
-            log.debug("http_client_gone", path="/metrics", error=str(err) or type(err).__name__)
-            return False
-        conn.deadline = math.inf
-        return conn.keep_alive
 
     @staticmethod
     async def _write(
