@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from podres_exporter.web import Index, Limits, Site, WebServer, _rest
+from podres_exporter.web import Index, Limits, Site, WebServer, _rest, _slices
 from tests.test_web_limits import closed_by_server, connect, read_response
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -339,21 +339,63 @@ def test_a_kept_alive_connections_next_scrapes_are_answered_as_they_arrive(
     assert answers == ["/healthz", "/metrics", "/metrics"]
 
 
-def test_a_large_kept_alive_answer_is_left_to_the_task() -> None:
-    """An answer over a slice (256 KiB) is the task's, which holds at most a slice of it
-    at a time for a client that reads slowly, never a copy of the rest."""
+def test_a_large_kept_alive_answer_is_answered_as_it_arrives_too() -> None:
+    """An answer larger than the socket takes at once (16 MiB) is answered as its
+    request arrives all the same, whole and in order, its task woken only for the
+    requests it answers itself."""
     body = bytes(range(256)) * (1 << 16)  # 16 MiB
     server = WebServer(("127.0.0.1", 0), ready_site(body), limits=Limits(idle_timeout_s=10))
     server.start("test-http")
     try:
         answers = usual_answers(server)
         with connect(server) as sock:
-            for path in ("/healthz", "/metrics", "/metrics", "/readyz"):
+            for path in ("/healthz", "/metrics", "/metrics", "/readyz", "/metrics"):
                 sock.sendall(get(path))
                 status, _, got = read_response(sock)
                 assert status == 200
                 assert got == {"/healthz": b"ok\n", "/readyz": b"ready\n"}.get(path, body + LIVE)
-        assert answers == ["/healthz", "/metrics", "/metrics", "/readyz"]
+        assert answers == ["/healthz", "/readyz"]
+    finally:
+        server.stop()
+
+
+def test_a_client_that_leaves_the_rest_unread_is_dropped_at_the_write_deadline(
+    debug_logs: list[dict[str, Any]],
+) -> None:
+    """The rest of a kept-alive answer given as its request arrived, never read: the
+    connection is dropped at the write deadline (one debug event), nothing of it is left
+    running, and the server goes on serving."""
+    body = b"x" * (64 << 20)
+    limits = Limits(write_timeout_s=0.5, idle_timeout_s=10)
+    server = WebServer(("127.0.0.1", 0), ready_site(body), limits=limits)
+    server.start("test-http")
+    try:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", server.port))
+            sock.sendall(get("/healthz"))
+            assert read_response(sock)[::2] == (200, b"ok\n")
+            (conn,) = server._state.connections
+            sock.sendall(get())
+            start = time.monotonic()
+            while (rest := conn.flushed) is None:  # the rest, sent by a task of its own
+                assert time.monotonic() < start + 5, "not answered as it arrived"
+                time.sleep(0.001)
+            while not any(e["event"] == "http_write_timeout" for e in debug_logs):
+                assert time.monotonic() < start + 5, debug_logs
+                time.sleep(0.02)
+            assert time.monotonic() - start >= 0.45
+            assert closed_by_server(sock, 5)
+        deadline = time.monotonic() + 5
+        while not (rest.done() and conn.task is not None and conn.task.done()):
+            assert time.monotonic() < deadline, "a task of the dropped connection still runs"
+            time.sleep(0.01)
+        assert rest.cancelled()
+        assert server._state.connections == set()
+        with connect(server) as other:
+            other.sendall(get("/healthz", "Connection: close"))
+            assert read_response(other)[::2] == (200, b"ok\n")
     finally:
         server.stop()
 
@@ -371,8 +413,8 @@ def unread_capacity() -> int:
 @contextlib.contextmanager
 def stalled_scrapes(server: WebServer, body: bytes) -> Iterator[tuple[socket.socket, int]]:
     """A kept-alive connection sent one scrape at a time, each answered as it arrives,
-    not read, until the kernel takes one only in part (its rest left to the
-    transport); then three more, which wait. Yields the socket, which has read
+    not read, until the kernel takes one only in part (its rest left to a task of its
+    own); then three more, which wait. Yields the socket, which has read
     nothing yet, and the number of scrapes sent."""
     at_once: list[int] = []
     answer = server._answer_waiting
@@ -407,11 +449,12 @@ def stalled_scrapes(server: WebServer, body: bytes) -> Iterator[tuple[socket.soc
         yield sock, sent + 3
 
 
-def test_the_rest_of_a_kept_alive_answer_goes_out_before_the_next_one() -> None:
-    """A kept-alive scrape the kernel takes only in part: the transport sends the rest,
-    the connection busy meanwhile; what arrives meanwhile is answered after it, in
-    order, by the task."""
-    body = bytes(range(256)) * 800  # 200 KiB: answered as it arrives
+@pytest.mark.parametrize("size", [200 << 10, 4 << 20], ids=["200KiB", "4MiB"])
+def test_the_rest_of_a_kept_alive_answer_goes_out_before_the_next_one(size: int) -> None:
+    """A kept-alive scrape the kernel takes only in part: a task of its own sends the
+    rest, the connection busy meanwhile; what arrives meanwhile is answered after it, in
+    order, by the connection's task."""
+    body = bytes(range(256)) * (size // 256)
     server = WebServer(("127.0.0.1", 0), ready_site(body), limits=Limits(idle_timeout_s=10))
     server.start("test-http")
     try:
@@ -429,10 +472,11 @@ def test_the_rest_of_a_kept_alive_answer_goes_out_before_the_next_one() -> None:
         server.stop()
 
 
-def test_stop_lets_the_rest_of_a_kept_alive_answer_finish() -> None:
-    """stop() while the rest of an answer given as its request arrived is in the
-    transport: that answer finishes whole, then the connection closes."""
-    body = bytes(range(256)) * 800
+@pytest.mark.parametrize("size", [200 << 10, 4 << 20], ids=["200KiB", "4MiB"])
+def test_stop_lets_the_rest_of_a_kept_alive_answer_finish(size: int) -> None:
+    """stop() while the rest of an answer given as its request arrived is still being
+    sent: that answer finishes whole, then the connection closes."""
+    body = bytes(range(256)) * (size // 256)
     server = WebServer(("127.0.0.1", 0), ready_site(body), limits=QUICK)
     server.start("test-http")
     stopper = threading.Thread(target=server.stop)
@@ -495,4 +539,28 @@ def test_a_ready_body_that_raises_is_a_500_at_once_and_the_server_keeps_serving(
 def test_rest_is_what_follows_the_bytes_sent(
     pieces: tuple[bytes, ...], sent: int, rest: bytes
 ) -> None:
-    assert bytes(_rest(pieces, sent)) == rest
+    """The rest, none of it copied: a view of the piece begun, then the pieces after it."""
+    got = _rest(pieces, sent)
+    assert b"".join(got) == rest
+    for part in got:
+        assert any(part is p or (isinstance(part, memoryview) and part.obj is p) for p in pieces)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "slice_size"),
+    [((5,), 8), ((8,), 8), ((20,), 8), ((3, 3, 3), 8), ((3, 17, 0, 2), 8), ((0,), 8), ((), 8)],
+)
+def test_slices_are_the_pieces_in_order_and_copy_at_most_a_slice(
+    sizes: tuple[int, ...], slice_size: int
+) -> None:
+    """Every slice but the last is ``slice_size`` long; a slice within one piece is a
+    view of it, and only a slice made of parts of several is a (slice-sized) copy."""
+    pieces = tuple(bytes([65 + i]) * n for i, n in enumerate(sizes))
+    slices = list(_slices(pieces, slice_size))
+    assert b"".join(slices) == b"".join(pieces)
+    assert all(len(s) == slice_size for s in slices[:-1])
+    assert all(0 < len(s) <= slice_size for s in slices)
+    for piece_slice in slices:
+        if len(set(bytes(piece_slice))) == 1:  # from one piece
+            assert isinstance(piece_slice, memoryview)
+            assert any(piece_slice.obj is p for p in pieces)

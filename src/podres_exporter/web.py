@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from email.utils import formatdate
@@ -81,6 +81,9 @@ class MetricsBody(Protocol):
 # A response body: its bytes, or pieces of them that are written one after the other
 # (a large cached part and a small fresh one need not be joined for each request).
 Body = bytes | tuple[bytes, ...]
+# An answer's bytes as the buffers of one ``sendmsg``, none copied: its head and its
+# body's pieces, or what the kernel has not taken of them yet.
+_Pieces = tuple[bytes | memoryview, ...]
 Check = Callable[[], tuple[bool, str]]
 """A health or readiness check: whether it passes, and the line to answer with."""
 
@@ -459,28 +462,47 @@ def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) ->
     return ours + extra + close + b"\r\n"
 
 
-def _size(body: Body) -> int:
+def _size(body: Body | _Pieces) -> int:
     return sum(map(len, body)) if isinstance(body, tuple) else len(body)
 
 
-def _pieces(head: bytes, body: Body | memoryview) -> tuple[bytes | memoryview, ...]:
+def _pieces(head: bytes, body: Body | _Pieces) -> _Pieces:
     """``head`` then ``body``, as the buffers of one ``sendmsg``."""
     return (head, *body) if isinstance(body, tuple) else (head, body)
 
 
-def _rest(pieces: tuple[bytes | memoryview, ...], sent: int) -> bytes | memoryview:
-    """What is left of ``pieces`` once ``sent`` bytes of them are out: a view of the last
-    piece begun, or the join of what is left when more than that piece is."""
+def _rest(pieces: _Pieces, sent: int) -> _Pieces:
+    """What is left of ``pieces`` once ``sent`` bytes of them are out: a view of the
+    piece begun and the pieces after it, none copied (empty when everything went)."""
     for i, piece in enumerate(pieces):
         if sent < len(piece):
-            tail = memoryview(piece)[sent:]
-            after = pieces[i + 1 :]
-            return b"".join((tail, *after)) if after else tail
+            return (memoryview(piece)[sent:], *pieces[i + 1 :])
         sent -= len(piece)
-    return b""
+    return ()
 
 
-def _send(sock: socket.socket, head: bytes, body: Body | memoryview) -> bytes | memoryview:
+def _slices(pieces: _Pieces, size: int) -> Iterator[bytes | memoryview]:
+    """The bytes of ``pieces`` in order, in slices of ``size`` (the last one shorter):
+    views of one piece, or the join of parts of several. Nothing longer than a slice is
+    copied."""
+    parts: list[memoryview] = []
+    held = 0
+    for piece in pieces:
+        view = memoryview(piece)
+        start = 0
+        while start < len(view):
+            part = view[start : start + size - held]
+            parts.append(part)
+            held += len(part)
+            start += len(part)
+            if held == size:
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                parts, held = [], 0
+    if parts:
+        yield parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _send(sock: socket.socket, head: bytes, body: Body | _Pieces) -> _Pieces:
     """``head`` then ``body`` to ``sock`` in one ``sendmsg``, none of them copied, as far
     as the kernel takes them now; what is left (empty when everything went). OSError
     when the connection is lost."""
@@ -546,31 +568,20 @@ def _drop(transport: asyncio.WriteTransport) -> None:
 
 class _Protocol(asyncio.StreamReaderProtocol):
     """asyncio's stream protocol, but data that ``at_once`` answers itself (a kept-alive
-    connection's next scrape) never reaches the reader, and ``drained`` is called when
-    the transport lets writing resume, and when the connection is lost."""
+    connection's next scrape) never reaches the reader."""
 
     def __init__(
         self,
         reader: asyncio.StreamReader,
         loop: asyncio.AbstractEventLoop,
         at_once: Callable[[bytes], bool],
-        drained: Callable[[], None],
     ) -> None:
         super().__init__(reader, loop=loop)
         self._at_once = at_once
-        self._drained = drained
 
     def data_received(self, data: bytes) -> None:
         if not self._at_once(data):
             super().data_received(data)
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self._drained()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self._drained()
 
 
 @dataclass(eq=False, slots=True)
@@ -592,17 +603,19 @@ class _Connection:
     pending: bytes = b""  # read past the last request's head: the next one's start
     # A plain connection's socket, written to directly while its transport holds nothing.
     sock: socket.socket | None = None
+    writer: asyncio.StreamWriter | None = None
     # The first request, answered as the connection was accepted: the answer's bytes the
     # kernel did not take then (None: it took them all, or there was no such answer).
-    unsent: bytes | memoryview | None = None
+    unsent: _Pieces | None = None
     # Whether the connection stays open after the last answer given at once (at accept,
     # or as its request arrived); False while none was.
     keep_alive: bool = False
     transport: asyncio.Transport | None = None
     waiting: bool = False  # its task waits for the next request, none of it read yet
-    # Done once the rest of an answer given as its request arrived is with the kernel
-    # (None: no such rest); the task answers nothing more before.
-    flushed: asyncio.Future[None] | None = None
+    # What sends the rest of an answer given as its request arrived (None: no such
+    # rest); done once that rest is with the kernel. The connection's task answers
+    # nothing more before.
+    flushed: asyncio.Task[bool] | None = None
 
 
 @dataclass(slots=True)
@@ -917,12 +930,7 @@ class WebServer:
             except Exception:  # noqa: BLE001 - logged by _ask_provider; close, unanswered
                 return
             reader = asyncio.StreamReader(limit=self.limits.max_head_bytes, loop=loop)
-            protocol = _Protocol(
-                reader,
-                loop,
-                partial(self._answer_waiting, conn),
-                partial(self._flushed, conn),
-            )
+            protocol = _Protocol(reader, loop, partial(self._answer_waiting, conn))
             tls = config.tls if config is not None else None
             try:
                 transport, _ = await loop.connect_accepted_socket(
@@ -939,7 +947,7 @@ class WebServer:
             # A slice waits for the one before only once it is mostly out (asyncio's
             # default high-water mark, 64 KiB, would stop every slice for the client).
             transport.set_write_buffer_limits(high=_WRITE_SLICE)
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            writer = conn.writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             conn.transport = transport
             conn.sock = sock if tls is None else None
             await self._requests(conn, reader, writer)
@@ -952,6 +960,11 @@ class WebServer:
             self._state.idle.pop(conn, None)
             if conn.timer is not None:
                 conn.timer.cancel()
+            if conn.flushed is not None:
+                conn.flushed.cancel()  # a rest that cannot go now: its connection is dropped
+            # Both refer to conn (by its protocol, by the rest's coroutine): no cycle
+            # left for the garbage collector.
+            conn.writer = conn.flushed = None
             if writer is not None:
                 _drop(writer.transport)
             else:
@@ -992,12 +1005,8 @@ class WebServer:
         # read, or it may have been answered, when it was accepted.
         first: bytes | None = conn.pending
         conn.pending = b""
-        if conn.unsent is not None:  # what the kernel did not take of it
-            rest = (b"", conn.unsent, conn.keep_alive)
-            if not await self._answering(
-                conn, writer, self._send_answer(conn, writer, rest, "/metrics")
-            ):
-                return
+        if conn.unsent is not None and not await self._send_rest(conn, conn.unsent):
+            return  # what the kernel did not take of it could not go, or the connection closed
         if conn.keep_alive:  # it was answered, and the connection stays
             first = await self._next_request(conn, reader)
         while first is not None and not self._state.stopping:
@@ -1095,8 +1104,8 @@ class WebServer:
             return None
         finally:
             conn.waiting = False
-        if data and conn.flushed is not None:
-            await conn.flushed  # an answer given at once goes out first
+        if data and conn.flushed is not None and not await conn.flushed:
+            return None  # an answer given at once went out first, and closed the connection
         return data or None
 
     async def _read_head(
@@ -1180,7 +1189,7 @@ class WebServer:
         self,
         conn: _Connection,
         writer: asyncio.StreamWriter,
-        answer: tuple[bytes, Body | memoryview, bool],
+        answer: tuple[bytes, Body | _Pieces, bool],
         path: str,
     ) -> bool:
         """Write ``answer`` (head, body, whether the connection stays open after them)
@@ -1241,8 +1250,8 @@ class WebServer:
         """Answer on the spot, with no task woken, the next request of a plain kept-alive
         connection whose task waits for it, when ``data`` is all of it and its answer is
         ready on the loop (:meth:`_ready_answer`); whether it did (else ``data`` goes to
-        the reader). An answer the kernel does not take whole is finished by the
-        transport, the connection busy until then (:meth:`_flushed`)."""
+        the reader). What the kernel does not take of the answer is sent by a task of its
+        own (:meth:`_send_rest`), the connection busy until then."""
         sock, transport = conn.sock, conn.transport
         if (
             not conn.waiting
@@ -1253,8 +1262,7 @@ class WebServer:
         ):
             return False
         answer = self._ready_answer(data)
-        # A larger answer is the task's, which holds at most a slice of it at a time.
-        if answer is None or _size(answer[1]) > _WRITE_SLICE:
+        if answer is None:
             return False
         head, body, conn.keep_alive = answer
         try:
@@ -1264,34 +1272,26 @@ class WebServer:
             transport.abort()  # the task then sees the connection end
             return True
         if rest:
-            conn.busy = True
-            conn.flushed = asyncio.get_running_loop().create_future()
+            conn.busy = True  # from now: stop() and the cap leave it be
             self._state.idle.pop(conn, None)
-            self._expect(conn, self.limits.write_timeout_s, "write")
-            transport.set_write_buffer_limits(high=0)  # resume_writing once it is empty
-            transport.write(rest)
-            if not transport.get_write_buffer_size():
-                self._flushed(conn)
+            conn.flushed = asyncio.get_running_loop().create_task(self._send_rest(conn, rest))
         elif not conn.keep_alive:
             transport.close()  # the task then sees the connection end
         else:
             self._idle_again(conn)
         return True
 
-    def _flushed(self, conn: _Connection) -> None:
-        """The transport has sent the rest of an answer given as its request arrived (or
-        the connection is lost): the connection idles again, or closes unless kept
-        alive, and its task may answer what came meanwhile."""
-        flushed, transport = conn.flushed, conn.transport
-        if flushed is None or flushed.done() or transport is None:
-            return
-        flushed.set_result(None)
-        conn.busy = False
-        transport.set_write_buffer_limits(high=_WRITE_SLICE)
-        if not conn.keep_alive or self._state.stopping:
-            transport.close()  # the task then sees the connection end
-        else:
-            self._idle_again(conn)
+    async def _send_rest(self, conn: _Connection, rest: _Pieces) -> bool:
+        """The rest of an answer given at once (at accept, or as its request arrived), by
+        the write deadline, the connection busy meanwhile; then the connection idles
+        again, or closes unless kept alive. Whether it stays open."""
+        writer = conn.writer
+        assert writer is not None
+        answer = self._send_answer(conn, writer, (b"", rest, conn.keep_alive), "/metrics")
+        if not await self._answering(conn, writer, answer):
+            return False
+        self._idle_again(conn)
+        return True
 
     def _idle_again(self, conn: _Connection) -> None:
         """After an answer given at once: ``conn`` waits for its next request, the most
@@ -1305,7 +1305,7 @@ class WebServer:
     async def _write(
         writer: asyncio.StreamWriter,
         head: bytes,
-        body: Body | memoryview,
+        body: Body | _Pieces,
         sock: socket.socket | None,
     ) -> None:
         """``head`` and ``body``; returns once the last byte is with the kernel.
@@ -1313,30 +1313,26 @@ class WebServer:
         ``sock``, a plain connection's socket: while the transport holds nothing, the
         head and every piece of the body go to it in one system call, none copied. What
         the kernel does not take (and everything on a TLS connection) goes through the
-        transport: in one write when the body is small, else in slices. Unless the
-        kernel took the whole slice, the loop runs before the next, so that a connection
-        lost meanwhile is noticed first: asyncio warns on stderr about every write to a
-        lost connection past the fifth, and a TLS stream learns of the loss only then."""
+        transport in slices (:func:`_slices`: a small answer in one write), each once the
+        one before has mostly gone. Unless the kernel took the whole slice, the loop runs
+        before the next, so that a connection lost meanwhile is noticed first: asyncio
+        warns on stderr about every write to a lost connection past the fifth, and a TLS
+        stream learns of the loss only then."""
         transport = writer.transport
         if sock is not None and not transport.get_write_buffer_size():
             if transport.is_closing():
                 raise ConnectionResetError("the client closed the connection")
-            rest = _send(sock, head, body)
-            if not rest:
-                return
-            head, body = b"", rest
-        elif isinstance(body, tuple):
-            body = b"".join(body)
-        view = memoryview(body)
+            pieces = _send(sock, head, body)
+        else:
+            pieces = _pieces(head, body)
         tls = writer.get_extra_info("ssl_object") is not None
-        for start in range(0, max(len(body), 1), _WRITE_SLICE):
-            if start:
+        for i, piece in enumerate(_slices(pieces, _WRITE_SLICE)):
+            if i:
                 if tls or transport.get_write_buffer_size():
                     await asyncio.sleep(0)
                 if transport.is_closing():
                     raise ConnectionResetError("the client closed the connection")
-            piece = view[start : start + _WRITE_SLICE]
-            writer.write(head + piece if start == 0 and head else piece)
+            writer.write(piece)
             await writer.drain()
         if transport.get_write_buffer_size():
             # The answer is in flight until its end is with the kernel: a connection
