@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import http.client
+import re
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from http import HTTPStatus
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -19,6 +23,8 @@ from podres_exporter.web import (
     Index,
     Site,
     WebServer,
+    _head_bytes,
+    _Response,
     accepts_gzip,
     display_url,
     registry_metrics,
@@ -210,6 +216,37 @@ def test_server_header_names_no_version(serve: Serve) -> None:
     server, _ = serve()
     for path in ("/", "/metrics", "/healthz", "/readyz", "/nope"):
         assert request(server.url, path)[1]["Server"] == "podres"
+
+
+def test_an_answers_head_is_its_status_headers_length_and_date_byte_for_byte() -> None:
+    """Status line, Server, Date, Content-Type, Content-Length, the response's own
+    headers, the web config's, Connection, in that order; a character Latin-1 lacks is
+    a ``?``. Answers that differ in length, connection and extra headers share none of
+    them by mistake."""
+    response = _Response(
+        HTTPStatus.UNAUTHORIZED,
+        (b"ab", b"cde"),
+        "text/plain; charset=utf-8",
+        (("WWW-Authenticate", 'Basic realm="podres"'), ("X-Note", "caf\u00e9 \u2192")),
+    )
+    head = _head_bytes(response, connection="close", extra=b"X-Frame-Options: deny\r\n")
+    found = re.search(rb"\r\nDate: ([^\r]*)\r\n", head)
+    assert found is not None
+    date = found.group(1)
+    assert abs(parsedate_to_datetime(date.decode()).timestamp() - time.time()) < 5
+    assert head == (
+        b"HTTP/1.1 401 Unauthorized\r\nServer: podres\r\nDate: " + date + b"\r\n"
+        b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: 5\r\n"
+        b'WWW-Authenticate: Basic realm="podres"\r\nX-Note: caf\xe9 ?\r\n'
+        b"X-Frame-Options: deny\r\nConnection: close\r\n\r\n"
+    )
+    longer = dataclasses.replace(response, status=HTTPStatus.OK, body=b"x" * 12345)
+    other = _head_bytes(longer, connection=None, extra=b"")
+    assert other.startswith(b"HTTP/1.1 200 OK\r\nServer: podres\r\nDate: ")
+    assert other.endswith(
+        b"Content-Length: 12345\r\n"
+        b'WWW-Authenticate: Basic realm="podres"\r\nX-Note: caf\xe9 ?\r\n\r\n'
+    )
 
 
 def test_keep_alive_serves_several_requests_on_one_connection(serve: Serve) -> None:

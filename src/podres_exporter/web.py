@@ -439,27 +439,39 @@ def _text(status: HTTPStatus, text: str, *headers: tuple[str, str]) -> _Response
 
 
 @lru_cache(maxsize=2)
-def _http_date(second: int) -> str:
+def _http_date(second: int) -> bytes:
     """The ``Date`` header's value for the Unix time ``second`` (written once a second)."""
-    return formatdate(second, usegmt=True)
+    return formatdate(second, usegmt=True).encode("latin-1")
+
+
+@lru_cache(maxsize=64)
+def _head_template(
+    status: HTTPStatus, content_type: str, headers: tuple[tuple[str, str], ...]
+) -> tuple[bytes, bytes, bytes]:
+    """The parts of a head that do not change from one answer to the next: up to the
+    ``Date``'s value, from there up to the ``Content-Length``'s, and from there through
+    ``headers``. A scraper's answers share them: only the date and the length are
+    written for each."""
+    start = f"HTTP/1.1 {status.value} {status.phrase}\r\n"
+    start += "Server: podres\r\nDate: "  # the product alone: no version of ours or of Python
+    middle = f"\r\nContent-Type: {content_type}\r\nContent-Length: "
+    end = "".join(f"\r\n{k}: {v}" for k, v in headers) + "\r\n"
+    return (
+        start.encode("latin-1", "replace"),
+        middle.encode("latin-1", "replace"),
+        end.encode("latin-1", "replace"),
+    )
 
 
 def _head_bytes(response: _Response, *, connection: str | None, extra: bytes) -> bytes:
     """The status line and headers of ``response``, then ``extra`` (the web config's,
     encoded when it was loaded: nothing here can fail to encode);
     ``connection``: the ``Connection`` header, if any (``close``, ``keep-alive``)."""
-    status = response.status
-    lines = [
-        f"HTTP/1.1 {status.value} {status.phrase}",
-        "Server: podres",  # the product alone: no version of ours or of Python
-        f"Date: {_http_date(int(time.time()))}",
-        f"Content-Type: {response.content_type}",
-        f"Content-Length: {_size(response.body)}",
-    ]
-    lines += [f"{k}: {v}" for k, v in response.headers]
-    ours = ("\r\n".join(lines) + "\r\n").encode("latin-1", "replace")
+    start, middle, end = _head_template(response.status, response.content_type, response.headers)
     close = f"Connection: {connection}\r\n".encode("latin-1") if connection else b""
-    return ours + extra + close + b"\r\n"
+    length = str(_size(response.body)).encode()
+    date = _http_date(int(time.time()))
+    return b"".join((start, date, middle, length, end, extra, close, b"\r\n"))
 
 
 def _size(body: Body | _Pieces) -> int:
