@@ -615,14 +615,13 @@ class _Connection:
     pending: bytes = b""  # read past the last request's head: the next one's start
     # A plain connection's socket, written to directly while its transport holds nothing.
     sock: socket.socket | None = None
-    writer: asyncio.StreamWriter | None = None
+    writer: asyncio.StreamWriter | None = None  # once its transport is made
     # The first request, answered as the connection was accepted: the answer's bytes the
     # kernel did not take then (None: it took them all, or there was no such answer).
     unsent: _Pieces | None = None
     # Whether the connection stays open after the last answer given at once (at accept,
     # or as its request arrived); False while none was.
     keep_alive: bool = False
-    transport: asyncio.Transport | None = None
     waiting: bool = False  # its task waits for the next request, none of it read yet
     # What sends the rest of an answer given as its request arrived (None: no such
     # rest); done once that rest is with the kernel. The connection's task answers
@@ -960,7 +959,6 @@ class WebServer:
             # default high-water mark, 64 KiB, would stop every slice for the client).
             transport.set_write_buffer_limits(high=_WRITE_SLICE)
             writer = conn.writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            conn.transport = transport
             conn.sock = sock if tls is None else None
             await self._requests(conn, reader, writer)
         except asyncio.CancelledError:
@@ -1264,11 +1262,11 @@ class WebServer:
         ready on the loop (:meth:`_ready_answer`); whether it did (else ``data`` goes to
         the reader). What the kernel does not take of the answer is sent by a task of its
         own (:meth:`_send_rest`), the connection busy until then."""
-        sock, transport = conn.sock, conn.transport
+        sock, writer = conn.sock, conn.writer
         if (
             not conn.waiting
             or sock is None
-            or transport is None
+            or writer is None
             or (conn.flushed is not None and not conn.flushed.done())
             or self._state.stopping
         ):
@@ -1281,14 +1279,14 @@ class WebServer:
             rest = _send(sock, head, body)
         except OSError as err:
             log.debug("http_client_gone", path="/metrics", error=str(err) or type(err).__name__)
-            transport.abort()  # the task then sees the connection end
+            writer.transport.abort()  # the task then sees the connection end
             return True
         if rest:
             conn.busy = True  # from now: stop() and the cap leave it be
             self._state.idle.pop(conn, None)
             conn.flushed = asyncio.get_running_loop().create_task(self._send_rest(conn, rest))
         elif not conn.keep_alive:
-            transport.close()  # the task then sees the connection end
+            writer.close()  # the task then sees the connection end
         else:
             self._idle_again(conn)
         return True
