@@ -53,6 +53,7 @@ class Script:
 
     def __init__(self, answers: list[KubeletReading | Exception]) -> None:
         self._answers: Iterator[KubeletReading | Exception] = iter(answers)
+        self.released = 0  # times the poller let the connection go
 
     def read(self) -> KubeletReading:
         answer = next(self._answers)
@@ -65,6 +66,9 @@ class Script:
 
     def stats(self) -> RequestStats:
         return RequestStats()
+
+    def release(self) -> None:
+        self.released += 1
 
 
 def test_failures_back_off_then_recover_and_keep_last_data() -> None:
@@ -303,6 +307,76 @@ def test_a_backoff_is_waited_in_full_after_a_slow_failure() -> None:
     assert all(g >= 0.75 for g in gaps[:3]), gaps  # 0.3 s of failing + 0.5 s of backoff
 
 
+@pytest.mark.parametrize(
+    ("interval_s", "answers", "backoff_s", "released"),
+    [
+        (0.2, [reading(1)] * 50, 1.0, False),
+        (10.0, [reading(1)] * 50, 1.0, True),
+        (0.2, [KubeletUnavailable("down", method="List", code="UNAVAILABLE")] * 50, 6.0, True),
+    ],
+    ids=["polls-close-together", "polls-far-apart", "long-backoff"],
+)
+def test_the_kubelet_channel_is_let_go_only_for_a_long_wait(
+    interval_s: float, answers: list[KubeletReading | Exception], backoff_s: float, released: bool
+) -> None:
+    """A wait of 5 s or more (the interval, or a backoff) lets the kubelet's channel go
+    after the poll, until the next one: an open channel costs gRPC's threads waking
+    several times a second. Polls close together keep it."""
+    script = Script(answers)
+    polls: list[int] = []  # the releases so far, as each poll starts
+
+    class Counted(NodeReader):
+        def observe(self) -> Observation:
+            polls.append(script.released)
+            return super().observe()
+
+    backoff = Backoff(backoff_s, backoff_s, NO_JITTER)
+    p = Poller(Counted(script, lambda: TOPO), Store(), interval_s=interval_s, backoff=backoff)
+    p.start()
+    try:
+        if released:
+            wait_until(lambda: script.released == 1)
+        else:
+            wait_until(lambda: len(polls) >= 5)
+    finally:
+        p.stop()
+    if released:
+        assert polls == [0]  # after the poll, not before it
+    else:
+        assert script.released == 0
+
+
+def test_a_release_that_fails_is_logged_and_the_loop_goes_on() -> None:
+    """The kubelet client failing to let its channel go: a warning, and the next poll
+    comes as due."""
+
+    class Stubborn(Script):
+        def release(self) -> None:
+            super().release()
+            raise RuntimeError("channel busy")
+
+    script = Stubborn([reading(1)] * 5)
+    polls: list[float] = []
+
+    class Counted(NodeReader):
+        def observe(self) -> Observation:
+            polls.append(time.monotonic())
+            return super().observe()
+
+    p = Poller(Counted(script, lambda: TOPO), Store(), interval_s=10.0)
+    with capture_logs() as logs:
+        p.start()
+        try:
+            wait_until(lambda: script.released == 1)
+            assert p.alive()
+            assert p.health() == (True, "ok")
+        finally:
+            p.stop()
+    failed = [e for e in logs if e["event"] == "kubelet_release_failed"]
+    assert len(failed) == 1 and "channel busy" in failed[0]["error"]
+    assert len(polls) == 1
+
+
 # ----------------------------------------------------------------------------- health
 
 
@@ -325,11 +399,11 @@ def test_stall_after_covers_the_longest_legitimate_cycle() -> None:
 
 
 class Hanging(NodeReader):
-    """A reader whose observe() blocks until released, or raises what it is given."""
+    """A reader whose observe() blocks until unblocked, or raises what it is given."""
 
     def __init__(self, *, raise_: BaseException | None = None) -> None:
         super().__init__(Script([reading(1)] * 100), lambda: TOPO)
-        self.release = threading.Event()
+        self.unblock = threading.Event()
         self.entered = threading.Event()
         self.raise_ = raise_
 
@@ -337,7 +411,7 @@ class Hanging(NodeReader):
         self.entered.set()
         if self.raise_ is not None:
             raise self.raise_
-        self.release.wait()
+        self.unblock.wait()
         return super().observe()
 
 
@@ -355,10 +429,10 @@ def test_a_hung_poll_fails_health_after_the_stall_limit() -> None:
         assert p.health() == (True, "ok")
         now[0] = 10.5
         assert p.health() == (False, "poller stalled")
-        reader.release.set()
+        reader.unblock.set()
         wait_until(lambda: p.health() == (True, "ok"))
     finally:
-        reader.release.set()
+        reader.unblock.set()
         p.stop()
 
 

@@ -356,6 +356,9 @@ def test_liveness_is_read_only_when_several_pods_list_one_device() -> None:
         def stats(self) -> RequestStats:
             return RequestStats()
 
+        def release(self) -> None:
+            pass
+
     topo = NodeTopology(frozenset({0, 1}))
     reader = NodeReader(Scripted(), lambda: topo, liveness=read_liveness)
     first = reader.observe()

@@ -71,6 +71,9 @@ class KubeletSource(Protocol):
 
     def stats(self) -> RequestStats: ...
 
+    def release(self) -> None:
+        """Let go of the connection until the next call (a poll far off)."""
+
 
 # ---------------------------------------------------------------- telemetry
 
@@ -485,6 +488,10 @@ class NodeReader:
         did not change since the last call gives the same family objects)."""
         ctx = RenderContext(view, version)
         return collectors.collect_all(self.enabled, ctx, cache=self._families)
+
+    def release(self) -> None:
+        """Let go of what is kept open only to be reused soon: the kubelet's channel."""
+        self.kubelet.release()
 
     def close(self) -> None:
         """Close what the reader opened (the kubelet channel, NVML, the source threads)."""

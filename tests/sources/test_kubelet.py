@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -15,6 +16,7 @@ from podres_exporter.errors import (
 from podres_exporter.model import ApiVersion, Support
 from podres_exporter.sim import Scenario, SimKubelet
 from podres_exporter.sources.kubelet import KubeletClient
+from tests.conftest import wait_until
 
 MakeSim = Callable[..., SimKubelet]
 
@@ -126,6 +128,63 @@ def test_reconnects_after_kubelet_restart(make_sim: MakeSim) -> None:
         after = client.read()
     assert {p.name for p in after.pods} == {p.name for p in before.pods}
     assert any(e["event"] == "kubelet_socket_recreated" for e in logs)
+
+
+def connections_to(socket_path: str) -> int:
+    """Open connections to the unix socket at ``socket_path``, as the kernel lists them
+    (``/proc/net/unix``: the server's end of each one is connected, state 03, with the
+    socket's path)."""
+    count = 0
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7] == socket_path and fields[5] == "03":
+            count += 1
+    return count
+
+
+def test_release_closes_the_connection_and_keeps_what_was_probed(make_sim: MakeSim) -> None:
+    """Released (between polls far apart): the connection closes; the next read opens a
+    new one and does not ask again for what the same kubelet did not serve."""
+    sim = make_sim("minimal", get_allocatable="unimplemented")
+    path = str(sim.socket_path)
+    client = KubeletClient(path)
+    with capture_logs() as logs:
+        first = client.read()
+        assert connections_to(path) == 1
+        client.release()
+        wait_until(lambda: connections_to(path) == 0)
+        second = client.read()
+        assert connections_to(path) == 1
+        client.release()
+        client.release()  # twice is once
+        wait_until(lambda: connections_to(path) == 0)
+        third = client.read()
+    assert second.pods == first.pods == third.pods
+    assert third.allocatable_support is Support.UNIMPLEMENTED
+    counts = client.stats().counts
+    assert counts[("List", "OK")] == 3
+    assert counts[("GetAllocatableResources", "UNIMPLEMENTED")] == 1  # asked once
+    events = [e["event"] for e in logs]
+    assert events.count("kubelet_rpc_not_served") == 1
+    assert "kubelet_socket_recreated" not in events
+    client.close()
+
+
+def test_a_kubelet_restarted_while_released_is_probed_again(make_sim: MakeSim) -> None:
+    """The socket re-created while the channel was released: a new kubelet, perhaps
+    another version; what the old one did not serve is asked again."""
+    sim = make_sim("minimal", get_allocatable="unimplemented")
+    client = KubeletClient(str(sim.socket_path))
+    assert client.read().allocatable_support is Support.UNIMPLEMENTED
+    client.release()
+    sim.set_behaviour(get_allocatable="served")
+    with capture_logs() as logs:
+        sim.restart(warmup=0)
+        after = client.read()
+    assert after.allocatable_support is Support.SERVED
+    assert after.allocatable is not None
+    assert any(e["event"] == "kubelet_socket_recreated" for e in logs)
+    client.close()
 
 
 def support_of(client: KubeletClient) -> Support:
