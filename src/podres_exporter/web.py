@@ -528,9 +528,9 @@ def _send(sock: socket.socket, head: bytes, body: Body | _Pieces) -> _Pieces:
 
 def _refusal(status: HTTPStatus, text: str, extra: bytes, *headers: tuple[str, str]) -> bytes:
     """A whole response that closes its connection, for answers the loop gives itself."""
-    body = f"{text}\n".encode()
-    response = _Response(status, body, _TEXT, headers)
-    return _head_bytes(response, connection="close", extra=extra) + body
+    response = _text(status, text, *headers)
+    head = _head_bytes(response, connection="close", extra=extra)
+    return b"".join(_pieces(head, response.body))
 
 
 # ------------------------------------------------------------------------------ server
