@@ -12,7 +12,7 @@ import gzip
 import socket
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,16 +170,102 @@ def test_a_scrape_sent_with_its_connection_is_answered_at_accept_as_usual(
         assert first["Connection"] == "close"
         assert closed_by_server(at_once, 2)
     assert tasks == []
-    # The usual path: the connection is accepted before the request is sent.
+    # The usual path: the connection's task reads a head that comes in two parts.
+    request = get("/metrics", *headers, "Connection: close", method=method)
     with connect(server) as usual:
-        deadline = time.monotonic() + 5
-        while not tasks:
-            assert time.monotonic() < deadline, "the connection was never accepted"
-            time.sleep(0.01)
-        usual.sendall(get("/metrics", *headers, "Connection: close", method=method))
+        usual.sendall(request[:20])
+        wait_until(lambda: tasks, "a task for the partial head")
+        usual.sendall(request[20:])
         status, second, got = read_answer(usual, method)
     assert (status, got) == (200, body)
     assert without_date(first) == without_date(second)
+
+
+def wait_until(done: Callable[[], object], what: str, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.005)
+
+
+def awaited(server: WebServer) -> int:
+    """Connections whose first request the loop watches for (no task yet)."""
+    return sum(conn.awaiting for conn in list(server._state.connections))
+
+
+@pytest.mark.parametrize("keep_alive", [False, True], ids=["close", "keep-alive"])
+def test_a_scrape_sent_after_its_connection_was_accepted_is_answered_as_it_arrives(
+    server: WebServer, keep_alive: bool
+) -> None:
+    """A connection accepted before its request (a client that connects, then sends) is
+    watched by the loop with no task; its scrape is answered as it arrives, and only a
+    connection that stays open after it gets a task."""
+    tasks = connection_tasks(server)
+    with connect(server) as sock:
+        wait_until(lambda: awaited(server) == 1, "the connection watched")
+        assert tasks == []
+        sock.sendall(get() if keep_alive else get("/metrics", "Connection: close"))
+        status, headers, body = read_response(sock)
+        assert (status, body) == (200, TEXT)
+        if keep_alive:
+            assert "Connection" not in headers
+            sock.sendall(get("/healthz", "Connection: close"))
+            assert read_response(sock)[::2] == (200, b"ok\n")
+        else:
+            assert headers["Connection"] == "close"
+        assert closed_by_server(sock, 2)
+    assert len(tasks) == (1 if keep_alive else 0)
+    assert awaited(server) == 0
+    assert server._state.connections == set()
+
+
+def test_a_watched_connection_that_sends_nothing_is_dropped_at_the_heads_deadline() -> None:
+    """The head's deadline runs from the accept, for a watched connection too, and a
+    first part sent later (then read by its task) does not restart it."""
+    limits = dataclasses.replace(QUICK, head_timeout_s=1.0)
+    server = WebServer(("127.0.0.1", 0), ready_site(), limits=limits)
+    server.start("test-http")
+    try:
+        with connect(server) as silent, connect(server) as trickling:
+            wait_until(lambda: awaited(server) == 2, "both connections watched")
+            start = time.monotonic()
+            time.sleep(0.6)
+            trickling.sendall(b"GET /metrics HTTP/1.1\r\n")  # restarted: closed at 1.6 s
+            assert closed_by_server(silent, 3)
+            assert closed_by_server(trickling, 3)
+            assert time.monotonic() - start < 1.4
+        wait_until(lambda: not server._state.connections, "no connection left")
+    finally:
+        server.stop()
+
+
+def test_a_watched_connection_makes_room_for_a_new_one_at_the_cap() -> None:
+    """At the connection cap, a connection still waiting for its first request is idle:
+    it is closed for a newcomer, which is served."""
+    limits = dataclasses.replace(QUICK, max_connections=1, head_timeout_s=5.0)
+    server = WebServer(("127.0.0.1", 0), ready_site(), limits=limits)
+    server.start("test-http")
+    try:
+        with connect(server) as waiting:
+            wait_until(lambda: awaited(server) == 1, "the connection watched")
+            with connect(server) as newcomer:
+                newcomer.sendall(get("/metrics", "Connection: close"))
+                assert read_response(newcomer)[::2] == (200, TEXT)
+            assert closed_by_server(waiting, 2)
+    finally:
+        server.stop()
+
+
+def test_stop_closes_watched_connections() -> None:
+    server = WebServer(("127.0.0.1", 0), ready_site(), limits=QUICK)
+    server.start("test-http")
+    with connect(server) as sock:
+        wait_until(lambda: awaited(server) == 1, "the connection watched")
+        started = time.monotonic()
+        server.stop()
+        assert time.monotonic() - started < QUICK.stop_grace_s
+        assert closed_by_server(sock, 2)
+    assert not server.alive()
 
 
 def test_a_connection_kept_alive_after_an_answer_at_accept_goes_on_as_usual(

@@ -17,9 +17,10 @@ every resource one client can hold is bounded by :class:`Limits`. TLS, basic aut
 extra response headers come from a :data:`~podres_exporter.webconfig.WebConfigProvider`,
 asked at each connection (TLS) and each request (auth, headers).
 
-With no web config, a scrape that arrives with its connection (as a scraper that
-connects for each scrape sends it) is answered as the connection is accepted, when its
-body is ready on the loop: one read and one write, no task (``_answer_at_once``).
+With no web config, a new connection's first scrape is answered as it arrives, when its
+body is ready on the loop: as the connection is accepted when it came with it (as a
+scraper that connects for each scrape sends it), else once the socket is readable,
+which the loop watches meanwhile; one read and one write, no task (``_first_bytes``).
 """
 
 from __future__ import annotations
@@ -622,6 +623,9 @@ class _Connection:
     # Whether the connection stays open after the last answer given at once (at accept,
     # or as its request arrived); False while none was.
     keep_alive: bool = False
+    # A plain connection accepted before its first request arrived: the loop watches its
+    # socket for it, with no task yet (``sock`` is set).
+    awaiting: bool = False
     waiting: bool = False  # its task waits for the next request, none of it read yet
     # What sends the rest of an answer given as its request arrived (None: no such
     # rest); done once that rest is with the kernel. The connection's task answers
@@ -779,7 +783,9 @@ class WebServer:
         """Idle connections now; busy ones after their response or the grace period."""
         connections = list(self._state.connections)
         for conn in connections:
-            if not conn.busy and conn.task is not None:
+            if conn.awaiting:
+                self._drop_awaited(conn)
+            elif not conn.busy and conn.task is not None:
                 conn.task.cancel()
         tasks = [c.task for c in connections if c.task is not None]
         if tasks:
@@ -800,7 +806,7 @@ class WebServer:
         state = self._state
         listening = self._socket
         woken: asyncio.Future[None] | None = None
-        in_a_row = 0  # connections closed as they were accepted since the loop last ran
+        in_a_row = 0  # connections accepted with no task to run since the loop last ran
 
         def readable() -> None:
             if woken is not None and not woken.done():
@@ -831,7 +837,7 @@ class WebServer:
                     in_a_row = 0
                     await asyncio.sleep(0)  # let the new connection, and the others, run
                 else:
-                    in_a_row += 1  # answered (or refused) and closed: nothing new to run
+                    in_a_row += 1  # answered, refused or watched: nothing new to run
         finally:
             if listening.fileno() >= 0:
                 loop.remove_reader(listening)
@@ -839,13 +845,11 @@ class WebServer:
     def _accepted(self, sock: socket.socket) -> bool:
         """Take on the accepted ``sock``: a connection of its own, one that takes the
         longest idle one's place at the cap, or a 503 when every one is busy. Whether a
-        task serves it (False: answered and closed at once)."""
-        loop = asyncio.get_running_loop()
+        task serves it (False: answered and closed, or watched for its first request)."""
         state = self._state
         sock.setblocking(False)
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            with contextlib.suppress(OSError):  # a connection reset already
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with contextlib.suppress(OSError):  # a connection reset already
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # TCP, as it listens
         if state.accept_failing:
             state.accept_failing = False
             log.info("http_accept_recovered")
@@ -860,30 +864,81 @@ class WebServer:
             self._refuse(sock)
             return False
         conn = _Connection()
-        if self._provider is None and not self._answer_at_once(conn, sock):
-            return False
+        if self._provider is None:
+            return self._first_bytes(conn, sock)
+        self._start(conn, sock)
+        return True
+
+    def _start(self, conn: _Connection, sock: socket.socket) -> None:
+        """Serve ``conn`` by a task of its own from now."""
+        state = self._state
         state.connections.add(conn)
         if conn.unsent is None:
             state.idle[conn] = None
         else:
             conn.busy = True
-        conn.task = loop.create_task(self._connection(conn, sock))
-        return True
+            state.idle.pop(conn, None)
+        conn.task = asyncio.get_running_loop().create_task(self._connection(conn, sock))
 
-    def _answer_at_once(self, conn: _Connection, sock: socket.socket) -> bool:
-        """Answer a plain connection's first request as the connection is accepted, when
-        it came with it (a scraper sends it right after connecting) and its answer is
-        ready on the loop (:meth:`_ready_answer`): one system call to read it, one to
-        write the answer, no task woken, nothing registered with the loop. Whether the
-        connection goes on to its task: kept alive, the rest of the answer to send
-        (``conn.unsent``), or the bytes read (``conn.pending``) for a request answered
-        the usual way."""
+    def _first_bytes(self, conn: _Connection, sock: socket.socket) -> bool:
+        """A plain connection's first bytes, read as soon as they are there: as it is
+        accepted (a scraper sends its request right after connecting), else as they
+        arrive, the loop watching the socket meanwhile (:meth:`_await_first`: no task,
+        no transport, under the head's deadline). A request whose answer is ready is
+        answered at once (:meth:`_answer_at_once`). Whether a task now serves the
+        connection."""
         try:
             data = sock.recv(self.limits.max_head_bytes + 1)
         except BlockingIOError:
-            return True  # nothing yet: the connection's task waits for it
+            if not conn.awaiting:
+                self._await_first(conn, sock)
+            return False
         except OSError:
             data = b""  # reset
+        if conn.awaiting:
+            self._stop_awaiting(conn, sock)
+        if self._answer_at_once(conn, sock, data):
+            self._start(conn, sock)
+            return True
+        if conn.timer is not None:
+            conn.timer.cancel()  # the head's deadline, set while it was awaited
+            conn.timer = None
+        return False
+
+    def _await_first(self, conn: _Connection, sock: socket.socket) -> None:
+        """Watch ``conn``'s socket for its first request: counted as an open, idle
+        connection (the cap, :meth:`_close_longest_idle` and stop see it), due by the
+        head's deadline from now."""
+        asyncio.get_running_loop().add_reader(sock, self._first_bytes, conn, sock)
+        conn.awaiting, conn.sock = True, sock
+        self._state.connections.add(conn)
+        self._state.idle[conn] = None
+        self._expect(conn, self.limits.head_timeout_s, "head")
+
+    def _stop_awaiting(self, conn: _Connection, sock: socket.socket) -> None:
+        asyncio.get_running_loop().remove_reader(sock)
+        conn.awaiting = False
+        self._state.connections.discard(conn)
+        self._state.idle.pop(conn, None)
+
+    def _drop_awaited(self, conn: _Connection) -> None:
+        """Close a connection whose first request never came (its deadline, the cap,
+        stop)."""
+        sock = conn.sock
+        assert sock is not None
+        self._stop_awaiting(conn, sock)
+        if conn.timer is not None:
+            conn.timer.cancel()
+            conn.timer = None
+        conn.sock = None
+        sock.close()
+
+    def _answer_at_once(self, conn: _Connection, sock: socket.socket, data: bytes) -> bool:
+        """Answer a plain connection's first request, ``data``, as it arrives, when its
+        answer is ready on the loop (:meth:`_ready_answer`): one system call to write it,
+        no task woken. Whether the connection goes on to its task: kept alive, the rest
+        of the answer to send (``conn.unsent``), or the bytes read (``conn.pending``) for
+        a request answered the usual way."""
         if not data:
             sock.close()  # the client left
             return False
@@ -909,6 +964,10 @@ class WebServer:
         state = self._state
         while state.idle:
             conn, _ = state.idle.popitem(last=False)
+            if conn.awaiting:
+                self._drop_awaited(conn)
+                log.debug("http_idle_connection_closed_for_new_one")
+                return True
             if conn.task is None or conn.task.done():
                 continue
             state.connections.discard(conn)
@@ -1085,7 +1144,9 @@ class WebServer:
         off (nothing to wait for)."""
         conn.timer = None
         loop = asyncio.get_running_loop()
-        if conn.deadline == math.inf or conn.task is None or conn.task.done():
+        if conn.deadline == math.inf or (
+            not conn.awaiting and (conn.task is None or conn.task.done())
+        ):
             return
         if conn.deadline > loop.time():
             conn.timer = loop.call_at(conn.deadline, self._watch, conn)
@@ -1095,7 +1156,10 @@ class WebServer:
             log.debug("http_request_head_timeout", timeout_s=limits.head_timeout_s)
         elif conn.phase == "write":
             log.debug("http_write_timeout", timeout_s=limits.write_timeout_s)
-        conn.task.cancel()  # _connection drops the connection
+        if conn.awaiting:
+            self._drop_awaited(conn)
+        elif conn.task is not None:
+            conn.task.cancel()  # _connection drops the connection
 
     # ---------------------------------------------------------------- requests
 
@@ -1128,7 +1192,8 @@ class WebServer:
         """The request head that starts with ``first``; None when the connection is to
         close (the client left; a head too large is answered 431, a line ending in a
         bare LF 400 at once). A head not complete by its deadline drops the connection."""
-        self._expect(conn, self.limits.head_timeout_s, "head")
+        if conn.phase != "head" or conn.deadline == math.inf:  # else: due since its accept
+            self._expect(conn, self.limits.head_timeout_s, "head")
         try:
             head = await self._head_lines(conn, reader, first)
         except asyncio.LimitOverrunError:
