@@ -75,9 +75,9 @@ image:
 	$(CONTAINER_ENGINE) build -f Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) $(IMAGE_BUILD_FLAGS) .
 
 system-deps:
-	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v tmux >/dev/null || ! command -v wrk >/dev/null; then \
-	  echo "installing Debian packages prometheus (promtool and the server), tmux and wrk (the benchmark's load generator), used by the tests"; \
-	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus tmux wrk; \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v tmux >/dev/null || ! command -v wrk >/dev/null || ! PATH="$$PATH:/usr/sbin" command -v nginx >/dev/null; then \
+	  echo "installing Debian packages prometheus (promtool and the server), tmux, wrk and nginx-light (the benchmark's load generator and floor server), used by the tests"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus tmux wrk nginx-light; \
 	fi
 
 clean:

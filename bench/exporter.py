@@ -25,7 +25,10 @@ their own; this process only drives them, scrapes and reads ``/proc/<pid>``. Mea
    same asks from wrk (Debian package wrk; skipped without it), a C load generator, with
    10 connections: the client costs little beside the server, where 10 Python scrapers
    take as much of the machine as the server does. Targets: p99 under 5 ms and at most
-   1.5x the plain server's.
+   1.5x the plain server's. Beside both, where nginx is installed (Debian package
+   nginx-light; skipped without it), the floor: nginx serving the same bytes from files
+   (one worker process, sendfile, TCP_NODELAY), what a C server gets from the same
+   machine in the same cell.
 3. **kubelet calls per poll with 10 scrapers**, counted by the simulated kubelet, and
    the poll cadence under that load: an exporter polling every second, hammered by 10
    scrapers. Targets: at most 2 calls per poll; the polls keep their interval.
@@ -46,6 +49,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import pwd
 import shutil
 import socket
 import statistics
@@ -410,6 +414,91 @@ def start_plain(tmp: Path, exp: footprint.Daemon) -> footprint.Daemon:
     return plain
 
 
+# nginx serving the captured bodies as the exporter negotiates them: OpenMetrics when the
+# Accept header asks for it, gzip when Accept-Encoding allows it (the bodies compressed
+# once, as the plain server's). One worker process, as the exporter has one event loop.
+FLOOR_CONF = """daemon off;
+master_process off;
+worker_processes 1;
+user {user};
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  sendfile on;
+  tcp_nodelay on;
+  keepalive_requests 1000000;
+  keepalive_timeout 75s;
+  etag off;
+  client_body_temp_path {d}/temp-body;
+  proxy_temp_path {d}/temp-proxy;
+  fastcgi_temp_path {d}/temp-fastcgi;
+  uwsgi_temp_path {d}/temp-uwsgi;
+  scgi_temp_path {d}/temp-scgi;
+  map $http_accept $body {{ ~openmetrics om; default text; }}
+  map $http_accept_encoding $zipped {{ ~gzip .gz; default ""; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=1024;
+    root {d};
+    location = /metrics {{ rewrite ^ /$body$zipped last; }}
+    location = /text {{ internal; default_type "{text}"; }}
+    location = /om {{ internal; default_type "{om}"; }}
+    location = /text.gz {{ internal; default_type "{text}"; add_header Content-Encoding gzip; }}
+    location = /om.gz {{ internal; default_type "{om}"; add_header Content-Encoding gzip; }}
+  }}
+}}
+"""
+
+
+def nginx() -> str | None:
+    """The nginx binary (often in /usr/sbin, off a user's PATH); None when not installed."""
+    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+
+
+def start_floor(tmp: Path) -> footprint.Daemon | None:
+    """nginx serving the bytes :func:`start_plain` captured (``tmp/bodies``), from files:
+    the floor of the latency cells. None when nginx is not installed."""
+    binary = nginx()
+    if binary is None:
+        return None
+    where = tmp / "floor"
+    where.mkdir()
+    for name in ("text", "om"):
+        body = (tmp / "bodies" / name).read_bytes()
+        (where / name).write_bytes(body)
+        (where / f"{name}.gz").write_bytes(gzip.compress(body))
+    port = footprint.free_port()
+    conf = where / "nginx.conf"
+    conf.write_text(
+        FLOOR_CONF.format(
+            user=pwd.getpwuid(os.getuid()).pw_name,
+            d=where,
+            port=port,
+            text="text/plain; version=0.0.4; charset=utf-8",
+            om="application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+    )
+    log = where / "nginx.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, "-p", str(where), "-e", str(where / "error.log"), "-c", str(conf)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    floor = footprint.Daemon("nginx", proc, log, url=f"http://127.0.0.1:{port}")
+
+    def up() -> bool:
+        with contextlib.suppress(OSError):
+            status, body = footprint.get(floor.url + "/metrics")
+            return status == http.HTTPStatus.OK and body == (where / "text").read_bytes()
+        return False
+
+    footprint.wait_for("nginx, the floor", up, [floor])
+    return floor
+
+
 # ----------------------------------------------------------------------------- measurements
 
 
@@ -494,24 +583,25 @@ class Latency:
         return self.cpu / max(1, len(self.times))
 
 
-def latencies(exp: footprint.Daemon, plain: footprint.Daemon, count: int) -> list[Latency]:
-    """Each ask and number of scrapers, ``count`` scrapes in all for each server, in
-    :data:`LATENCY_ROUNDS` rounds that alternate between the two servers (both see the
-    same moments of a shared machine); with each server's CPU over its rounds."""
+def latencies(servers: Sequence[footprint.Daemon], count: int) -> list[Latency]:
+    """Each ask and number of scrapers, ``count`` scrapes in all for each of ``servers``
+    (podres, the plain server, the floor if any), in :data:`LATENCY_ROUNDS` rounds that
+    alternate between them (all see the same moments of a shared machine); with each
+    server's CPU over its rounds. A cell per server, the servers' in turn for each ask."""
     out = []
     for openmetrics in (False, True):
         for keep_alive in (True, False):
             for scrapers in (1, 10):
                 ask = Ask(openmetrics, keep_alive)
-                pair = [Latency("podres", ask, scrapers), Latency("plain", ask, scrapers)]
+                cells = [Latency(d.name, ask, scrapers) for d in servers]
                 each = max(1, count // scrapers // LATENCY_ROUNDS)
                 for _ in range(LATENCY_ROUNDS):
-                    for cell, d in zip(pair, (exp, plain), strict=True):
+                    for cell, d in zip(cells, servers, strict=True):
                         port = int(d.url.rsplit(":", 1)[1])
                         cpu = footprint.cpu_seconds(d.proc.pid)
                         cell.times += hammer(port, ask, scrapers, count=each)
                         cell.cpu += footprint.cpu_seconds(d.proc.pid) - cpu
-                out += pair
+                out += cells
     return out
 
 
@@ -569,11 +659,11 @@ def wrk_round(url: str, ask: Ask, seconds: float, script: Path) -> tuple[int, fl
 
 
 def under_wrk(
-    exp: footprint.Daemon, plain: footprint.Daemon, tmp: Path, rounds: int, seconds: float
+    servers: Sequence[footprint.Daemon], tmp: Path, rounds: int, seconds: float
 ) -> list[Loaded]:
     """Each ask from wrk (a C load generator: the client costs little beside the server)
     with :data:`WRK_CONNECTIONS` connections, ``rounds`` rounds of ``seconds`` alternating
-    between podres and the plain server; empty when wrk is not installed."""
+    between ``servers`` (as :func:`latencies`); empty when wrk is not installed."""
     if shutil.which("wrk") is None:
         return []
     script = tmp / "figures.lua"
@@ -582,9 +672,9 @@ def under_wrk(
     for openmetrics in (False, True):
         for keep_alive in (True, False):
             ask = Ask(openmetrics, keep_alive)
-            pair = [Loaded("podres", ask), Loaded("plain", ask)]
+            cells = [Loaded(d.name, ask) for d in servers]
             for _ in range(rounds):
-                for cell, d in zip(pair, (exp, plain), strict=True):
+                for cell, d in zip(cells, servers, strict=True):
                     cpu = footprint.cpu_seconds(d.proc.pid)
                     requests, p50, p99, errors = wrk_round(d.url, ask, seconds, script)
                     cell.cpu += footprint.cpu_seconds(d.proc.pid) - cpu
@@ -592,7 +682,7 @@ def under_wrk(
                     cell.errors += errors
                     cell.p50s.append(p50)
                     cell.p99s.append(p99)
-            out += pair
+            out += cells
     return out
 
 
@@ -718,11 +808,11 @@ def report(run: Run, scenario: str) -> None:
     footprint.print_head("/metrics latency: podres vs a plain ThreadingHTTPServer, same bytes")
     print_beside_plain(
         f"{'ask':<30} {'scrapers':>8}",
-        [(f"{o.ask.label:<30} {o.scrapers:>8}", o, p) for o, p in pairs(lat)],
+        [(f"{c[0].ask.label:<30} {c[0].scrapers:>8}", c) for c in groups(lat, run.servers)],
         f"{len(lat[0].times)} scrapes a cell for each server, in {LATENCY_ROUNDS} rounds "
         "alternating between them; CPU: the server's per scrape",
     )
-    report_wrk(run.loaded)
+    report_wrk(run.loaded, run.servers)
 
     footprint.print_head("kubelet calls per poll, 10 scrapers hammering, 1 s poll")
     print(
@@ -757,7 +847,7 @@ def report(run: Run, scenario: str) -> None:
     print(f"{churned.departed_seen} of {churned.departed}")
 
 
-def report_wrk(loaded: list[Loaded]) -> None:
+def report_wrk(loaded: list[Loaded], servers: int) -> None:
     title = f"/metrics under {WRK_CONNECTIONS} connections from wrk, a C load generator"
     footprint.print_head(title)
     if not loaded:
@@ -766,10 +856,10 @@ def report_wrk(loaded: list[Loaded]) -> None:
     rounds = len(loaded[0].p99s)
     requests = min(c.requests for c in loaded)
     errors = sum(c.errors for c in loaded)
-    p99s = ", ".join(f"{ms(min(c.p99s))}-{ms(max(c.p99s))}" for c in loaded[::2])
+    p99s = ", ".join(f"{ms(min(c.p99s))}-{ms(max(c.p99s))}" for c in loaded[::servers])
     print_beside_plain(
         f"wrk {'ask':<30}",
-        [(f"wrk {o.ask.label:<30}", o, p) for o, p in pairs(loaded)],
+        [(f"wrk {c[0].ask.label:<30}", c) for c in groups(loaded, servers)],
         f"median of {rounds} rounds alternating between the servers, at least {requests} "
         f"requests a cell; errors {errors}; podres p99 ranges over the rounds: {p99s}",
     )
@@ -778,9 +868,9 @@ def report_wrk(loaded: list[Loaded]) -> None:
 C = TypeVar("C")
 
 
-def pairs(cells: Sequence[C]) -> list[tuple[C, C]]:
-    """Each podres cell with the plain server's after it."""
-    return list(zip(cells[::2], cells[1::2], strict=True))
+def groups(cells: Sequence[C], servers: int) -> list[Sequence[C]]:
+    """The cells of each ask: podres', the plain server's, then the floor's if any."""
+    return [cells[i : i + servers] for i in range(0, len(cells), servers)]
 
 
 class Figures(Protocol):
@@ -794,31 +884,42 @@ class Figures(Protocol):
     def cpu_per_scrape(self) -> float: ...
 
 
-def print_beside_plain(head: str, rows: list[tuple[str, Figures, Figures]], note: str) -> None:
-    """Rows of podres' figures beside the plain server's (each after its label, ``head``
-    the labels' heading), ``note``, then the worst p99 and ratio against the targets."""
-    heads = ("podres p50", "p99", "CPU", "plain p50", "p99", "CPU", "p99 x")
-    print(f"  {head} " + "{:>11} {:>9} {:>8} {:>11} {:>9} {:>8} {:>6}".format(*heads))
+def print_beside_plain(head: str, rows: Sequence[tuple[str, Sequence[Figures]]], note: str) -> None:
+    """Rows of podres' figures beside the plain server's and the floor's if any (each
+    after its label, ``head`` the labels' heading), ``note``, then the worst p99 and ratio
+    against the targets, and where the floor too misses the p99 target."""
+    floor = len(rows[0][1]) > 2  # noqa: PLR2004 - podres and the plain server
+    heads = ["podres p50", "p99", "CPU", "plain p50", "p99", "CPU", "p99 x"]
+    if floor:
+        heads += ["nginx p50", "p99", "CPU"]
+    widths = [11, 9, 8, 11, 9, 8, 6, 11, 9, 8][: len(heads)]
+    print(f"  {head} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, widths, strict=True)))
     worst_ratio, worst_p99 = 0.0, 0.0
-    for label, ours, plain in rows:
+    missed, floor_missed = 0, 0
+    for label, (ours, plain, *rest) in rows:
         ratio = ours.p99 / plain.p99
         worst_ratio = max(worst_ratio, ratio)
         worst_p99 = max(worst_p99, ours.p99)
-        cells = (
-            ms(ours.p50),
-            ms(ours.p99),
-            us(ours.cpu_per_scrape),
-            ms(plain.p50),
-            ms(plain.p99),
-            us(plain.cpu_per_scrape),
-        )
-        print(f"  {label} " + "{:>11} {:>9} {:>8} {:>11} {:>9} {:>8}".format(*cells), end="")
-        print(f" {ratio:>5.2f}x")
+        cells = [ms(ours.p50), ms(ours.p99), us(ours.cpu_per_scrape)]
+        cells += [ms(plain.p50), ms(plain.p99), us(plain.cpu_per_scrape), f"{ratio:.2f}x"]
+        for c in rest:
+            cells += [ms(c.p50), ms(c.p99), us(c.cpu_per_scrape)]
+            floor_missed += ours.p99 >= TARGET_P99_S and c.p99 >= TARGET_P99_S
+        missed += ours.p99 >= TARGET_P99_S
+        print(f"  {label} " + " ".join(f"{x:>{w}}" for x, w in zip(cells, widths, strict=True)))
     print(f"  ({note})")
     p99_ok = verdict(worst_p99 < TARGET_P99_S)
     ratio_ok = verdict(worst_ratio <= TARGET_RATIO)
     print(f"  worst p99 {ms(worst_p99)} (target < {ms(TARGET_P99_S)}: {p99_ok}); ", end="")
     print(f"worst ratio {worst_ratio:.2f}x (target <= {TARGET_RATIO}x: {ratio_ok})")
+    if not floor:
+        print("  floor: skipped, nginx is not installed (Debian package nginx-light)")
+    elif missed:
+        over = f"{missed} cells over {ms(TARGET_P99_S)}"
+        print(f"  floor: of the {over}, nginx, serving the same bytes, is over it too in ", end="")
+        print(floor_missed)
+    else:
+        print("  floor: every cell under the target")
 
 
 @dataclass
@@ -828,6 +929,7 @@ class Run:
     steady: list[Steady]
     latency: list[Latency]
     loaded: list[Loaded]
+    servers: int  # in each latency cell: podres, the plain server and the floor, if any
     calls: Calls
     churned: Churned
 
@@ -845,16 +947,18 @@ def measure(ns: argparse.Namespace, tmp: Path) -> Run:
     assert node.sim is not None
     try:
         exp = start_exporter(node, "exporter", "10s")
-        plain = None
+        others: list[footprint.Daemon] = []  # the plain server, the floor
         try:
             runs = moving_then_idle(node, exp, window)
-            plain = start_plain(tmp, exp)
-            lat = latencies(exp, plain, count)
-            loaded = under_wrk(exp, plain, tmp, *wrk_rounds)
+            others.append(start_plain(tmp, exp))
+            floor = start_floor(tmp)
+            if floor is not None:
+                others.append(floor)
+            lat = latencies([exp, *others], count)
+            loaded = under_wrk([exp, *others], tmp, *wrk_rounds)
         finally:
-            footprint.stop(exp)
-            if plain is not None:
-                footprint.stop(plain)
+            for d in (exp, *others):
+                footprint.stop(d)
         slow = start_exporter(node, "exporter-30s", "10s", SLOW_SOURCES)
         try:
             runs.append(steady(slow, window, "sysfs read every 30 s"))
@@ -870,7 +974,8 @@ def measure(ns: argparse.Namespace, tmp: Path) -> Run:
         footprint.stop(node.sim)
     churn_dir = tmp / "churn"
     churn_dir.mkdir()
-    return Run(runs, lat, loaded, calls, churn(churn_dir, ns.scenario, minutes))
+    servers = 1 + len(others)
+    return Run(runs, lat, loaded, servers, calls, churn(churn_dir, ns.scenario, minutes))
 
 
 def main() -> int:

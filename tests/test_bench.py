@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -61,6 +62,13 @@ def test_quick_exporter_benchmark_measures_each_figure() -> None:
     else:  # 2 formats x 2 connection kinds, each beside the plain server, with no error
         assert len(latency) - len(python_client) == 4, out
         assert re.search(r"requests a cell; errors 0;", out), out
+    floors = [line for line in out.splitlines() if line.lstrip().startswith("floor: ")]
+    assert len(floors) == (1 if shutil.which("wrk") is None else 2), out
+    if shutil.which("nginx", path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")) is None:
+        assert all("nginx is not installed" in line for line in floors), out
+    else:  # nginx's p50, p99 and CPU after the plain server's ratio, in every row
+        assert all(re.search(r"x +[0-9.]+ ms +[0-9.]+ ms +[0-9]+ us$", row) for row in latency), out
+        assert all(re.search(r"(every cell under|is over it too in [0-9]+$)", f) for f in floors)
     assert "calls per poll 2.00" in out, out
     moving = next(line for line in out.splitlines() if "counters moving" in line)
     idle = next(line for line in out.splitlines() if "idle devices" in line and "%" in line)
