@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from podres_exporter.web import Index, Limits, Site, WebServer, _rest, _slices
 from tests.test_web_limits import closed_by_server, connect, read_response
@@ -237,6 +238,35 @@ def test_a_watched_connection_that_sends_nothing_is_dropped_at_the_heads_deadlin
         wait_until(lambda: not server._state.connections, "no connection left")
     finally:
         server.stop()
+
+
+def test_a_watched_connection_that_fails_as_its_request_arrives_is_dropped_alone(
+    server: WebServer,
+) -> None:
+    """A failure while answering a watched connection's first request is that
+    connection's: it is logged and closed, and the server goes on serving."""
+    usual = server._ready_answer
+    calls = 0
+
+    def failing_once(data: bytes) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("broken")
+        return usual(data)
+
+    server._ready_answer = failing_once  # type: ignore[method-assign]
+    with capture_logs() as logs, connect(server) as sock:
+        wait_until(lambda: awaited(server) == 1, "the connection watched")
+        sock.sendall(get("/metrics", "Connection: close"))
+        assert closed_by_server(sock, 2)
+    assert [e["error"] for e in logs if e["event"] == "http_connection_failed"] == [
+        "RuntimeError('broken')"
+    ]
+    assert server._state.connections == set()
+    with connect(server) as again:
+        again.sendall(get("/metrics", "Connection: close"))
+        assert read_response(again)[::2] == (200, TEXT)
 
 
 def test_a_watched_connection_makes_room_for_a_new_one_at_the_cap() -> None:

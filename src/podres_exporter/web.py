@@ -909,11 +909,21 @@ class WebServer:
         """Watch ``conn``'s socket for its first request: counted as an open, idle
         connection (the cap, :meth:`_close_longest_idle` and stop see it), due by the
         head's deadline from now."""
-        asyncio.get_running_loop().add_reader(sock, self._first_bytes, conn, sock)
+        asyncio.get_running_loop().add_reader(sock, self._first_arrived, conn, sock)
         conn.awaiting, conn.sock = True, sock
         self._state.connections.add(conn)
         self._state.idle[conn] = None
         self._expect(conn, self.limits.head_timeout_s, "head")
+
+    def _first_arrived(self, conn: _Connection, sock: socket.socket) -> None:
+        """The loop's callback for a watched socket: :meth:`_first_bytes`; a failure is the
+        connection's own (logged, the connection dropped), as in a connection's task."""
+        try:
+            self._first_bytes(conn, sock)
+        except Exception as err:  # noqa: BLE001 - one connection's failure is its own
+            log.warning("http_connection_failed", error=repr(err))
+            if conn.task is None:
+                self._drop_awaited(conn)
 
     def _stop_awaiting(self, conn: _Connection, sock: socket.socket) -> None:
         asyncio.get_running_loop().remove_reader(sock)
@@ -923,10 +933,11 @@ class WebServer:
 
     def _drop_awaited(self, conn: _Connection) -> None:
         """Close a connection whose first request never came (its deadline, the cap,
-        stop)."""
+        stop), or failed as it came."""
         sock = conn.sock
         assert sock is not None
-        self._stop_awaiting(conn, sock)
+        if conn.awaiting:
+            self._stop_awaiting(conn, sock)
         if conn.timer is not None:
             conn.timer.cancel()
             conn.timer = None
