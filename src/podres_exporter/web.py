@@ -908,8 +908,10 @@ class WebServer:
     def _await_first(self, conn: _Connection, sock: socket.socket) -> None:
         """Watch ``conn``'s socket for its first request: counted as an open, idle
         connection (the cap, :meth:`_close_longest_idle` and stop see it), due by the
-        head's deadline from now."""
-        asyncio.get_running_loop().add_reader(sock, self._first_arrived, conn, sock)
+        head's deadline from now. The loop is given the descriptor, not the socket: it
+        looks the descriptor up first, and a socket's ``repr`` in the KeyError of a new one
+        costs two system calls."""
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._first_arrived, conn, sock)
         conn.awaiting, conn.sock = True, sock
         self._state.connections.add(conn)
         self._state.idle[conn] = None
@@ -926,7 +928,7 @@ class WebServer:
                 self._drop_awaited(conn)
 
     def _stop_awaiting(self, conn: _Connection, sock: socket.socket) -> None:
-        asyncio.get_running_loop().remove_reader(sock)
+        asyncio.get_running_loop().remove_reader(sock.fileno())
         conn.awaiting = False
         self._state.connections.discard(conn)
         self._state.idle.pop(conn, None)
