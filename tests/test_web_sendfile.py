@@ -101,16 +101,23 @@ def test_what_the_kernel_does_not_take_is_left_in_order(
         files.close()
 
 
-def test_only_the_last_few_pieces_keep_their_files() -> None:
+def test_a_piece_gets_its_file_when_sent_again_and_only_the_last_few_keep_theirs() -> None:
+    """A piece seen once (a body made for one answer) gets no file; seen again it does,
+    and only the last few pieces seen are remembered, their files closed as they go."""
     files = _BodyFiles()
     pieces = [bytes([i]) * web._SENDFILE_MIN for i in range(web._BODY_FILES + 3)]
     try:
-        fds = [files.fd(p) for p in pieces]
-        assert all(fd is not None for fd in fds)
-        assert len(body_files()) == web._BODY_FILES
-        for fd, piece in zip(fds[-web._BODY_FILES :], pieces[-web._BODY_FILES :], strict=True):
+        assert [files.fd(p) for p in pieces] == [None] * len(pieces)
+        assert body_files() == []
+        last = pieces[-web._BODY_FILES :]
+        fds = [files.fd(p) for p in last]  # seen again: each gets its file
+        for fd, piece in zip(fds, last, strict=True):
             assert fd is not None
             assert os.pread(fd, len(piece), 0) == piece
+        assert len(body_files()) == web._BODY_FILES
+        assert files.fd(last[-1]) == fds[-1]  # the same file again
+        assert files.fd(pieces[0]) is None  # forgotten: new again, the oldest file closed
+        assert len(body_files()) == web._BODY_FILES - 1
     finally:
         files.close()
     assert body_files() == []
@@ -132,16 +139,23 @@ def test_without_memory_files_the_pieces_go_by_sendmsg(
 
 @pytest.mark.parametrize("keep_alive", [False, True], ids=["close", "keep-alive"])
 def test_the_server_answers_a_large_body_from_its_file(keep_alive: bool) -> None:
-    """The server's answers of a large ready body are the body (sent from a memory file
-    it keeps while it serves); stop closes the file."""
+    """The server's answers of a large ready body are the body (from the second on, sent
+    from a memory file it keeps while it serves); stop closes the file."""
     server = WebServer(("127.0.0.1", 0), ready_site(LARGE), limits=QUICK)
     server.start("test-http")
     try:
-        with connect(server) as sock:
-            for _ in range(3 if keep_alive else 1):
-                sock.sendall(get() if keep_alive else get("/metrics", "Connection: close"))
-                status, _, body = read_response(sock)
-                assert (status, body[: len(LARGE)]) == (200, LARGE)
+        if keep_alive:
+            with connect(server) as sock:
+                for _ in range(3):
+                    sock.sendall(get())
+                    status, _, body = read_response(sock)
+                    assert (status, body[: len(LARGE)]) == (200, LARGE)
+        else:
+            for _ in range(3):
+                with connect(server) as sock:
+                    sock.sendall(get("/metrics", "Connection: close"))
+                    status, _, body = read_response(sock)
+                    assert (status, body[: len(LARGE)]) == (200, LARGE)
         assert len(body_files()) == 1
     finally:
         server.stop()

@@ -530,19 +530,26 @@ class _BodyFiles:
 
     A piece is known by its identity, its bytes held beside its file so that the
     identity stays theirs: the exporter gives the same cached part at every scrape of a
-    view. The last :data:`_BODY_FILES` are kept; a file is written once, never changed
+    view. A piece gets its file the second time it is sent (a body made for one answer,
+    a format rendered on demand, is never written to a file only to be dropped). The
+    last :data:`_BODY_FILES` pieces seen are kept; a file is written once, never changed
     (pages in flight stay valid after it is closed). Without ``memfd_create``, or when
     it fails, nothing is given and the piece goes by ``sendmsg``. The loop's alone."""
 
     def __init__(self) -> None:
-        self._files: OrderedDict[int, tuple[bytes, int]] = OrderedDict()
+        # Pieces seen lately, oldest first, with their files (None: seen once).
+        self._files: OrderedDict[int, tuple[bytes, int | None]] = OrderedDict()
 
     def fd(self, piece: bytes) -> int | None:
-        """The descriptor of a file holding ``piece``; None when there cannot be one."""
+        """The descriptor of a file holding ``piece``; None the first time it is seen,
+        or when there cannot be one."""
         key = id(piece)
         known = self._files.get(key)
-        if known is not None:
-            self._files.move_to_end(key)
+        if known is None:
+            self._keep(key, piece, None)
+            return None
+        self._files.move_to_end(key)
+        if known[1] is not None:
             return known[1]
         try:
             fd = os.memfd_create("podres-body", os.MFD_CLOEXEC)
@@ -555,16 +562,21 @@ class _BodyFiles:
         except OSError:
             os.close(fd)
             return None
+        self._keep(key, piece, fd)
+        return fd
+
+    def _keep(self, key: int, piece: bytes, fd: int | None) -> None:
         self._files[key] = (piece, fd)
         while len(self._files) > _BODY_FILES:
             _, (_, old) = self._files.popitem(last=False)
-            os.close(old)
-        return fd
+            if old is not None:
+                os.close(old)
 
     def close(self) -> None:
         while self._files:
             _, (_, fd) = self._files.popitem()
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
 
 def _send(
