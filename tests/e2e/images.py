@@ -60,15 +60,15 @@ def ensure_base_image(log: Callable[[str], None]) -> None:
             ["debootstrap", "--variant=minbase", "bookworm", str(root), DEBIAN_MIRROR],
             what="debootstrap of the base image",
         )
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(
-            ["podman", "import", "-", BASE_IMAGE],
-            stdin=tar.stdout,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        tar.wait()
+        # As a context, the pipe's end left with us is closed and tar waited for.
+        with subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE) as tar:
+            imported = subprocess.run(
+                ["podman", "import", "-", BASE_IMAGE],
+                stdin=tar.stdout,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         if imported.returncode != 0 or tar.returncode != 0:
             raise ImageError(f"podman import of the base image failed: {imported.stderr}")
 
