@@ -480,8 +480,8 @@ def test_the_signal_handler_takes_no_lock() -> None:
 
 
 def test_a_daemon_tunes_its_garbage_collector_before_it_starts() -> None:
-    """``podres export`` (like ``podres plugin``) freezes what start-up made and collects
-    young objects every GC_THRESHOLDS[0] allocations, not Python's 700."""
+    """``podres plugin`` (like ``podres export``, below) freezes what start-up made and
+    collects young objects every GC_THRESHOLDS[0] allocations, not Python's 700."""
     code = (
         "import gc, sys\n"
         "from podres_exporter import process\n"
@@ -493,3 +493,29 @@ def test_a_daemon_tunes_its_garbage_collector_before_it_starts() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == [str(process.GC_THRESHOLDS[0]), "True"]
+
+
+def test_podres_export_tunes_its_interpreter_before_it_serves(tmp_path: Path) -> None:
+    """The running ``podres export`` (no kubelet: it serves and retries) has the garbage
+    collector's thresholds and the switch interval it sets, where Python's were 700 and
+    5 ms: a scrape during a poll waits for the poll's threads a fifth of a millisecond at
+    a time."""
+    code = (
+        "import gc, os, signal, sys, threading\n"
+        "from podres_exporter import cli\n"
+        "print(gc.get_threshold()[0], sys.getswitchinterval(), flush=True)\n"
+        "def seen():\n"
+        "    print(gc.get_threshold()[0], sys.getswitchinterval(), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "threading.Timer(1.0, seen).start()\n"
+        "sys.exit(cli.main(['export', '--listen-address', '127.0.0.1:0',\n"
+        f"    '--kubelet-socket', {str(tmp_path / 'absent.sock')!r}]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, running = (line.split() for line in out.stdout.splitlines())
+    assert before == ["700", "0.005"]
+    assert int(running[0]) == process.GC_THRESHOLDS[0]
+    assert float(running[1]) == pytest.approx(process.SWITCH_INTERVAL_S)  # kept in µs

@@ -153,6 +153,7 @@ def run_export(settings: Settings) -> int:
     process.raise_open_files_limit()  # before the reader sizes what it keeps open
     exporter = Exporter(settings)
     process.tune_gc()
+    process.tune_switch_interval()
     with process.stop_on_signals(reload=exporter.reloads) as stop:
         exporter.start()
         reason = stop.wait()
