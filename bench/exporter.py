@@ -29,10 +29,14 @@ their own; this process only drives them, scrapes and reads ``/proc/<pid>``. Mea
    nginx-light; skipped without it), the floor: nginx serving the same bytes from files
    (one worker process, sendfile, TCP_NODELAY), what a C server gets from the same
    machine in the same cell.
-3. **kubelet calls per poll with 10 scrapers**, counted by the simulated kubelet, and
+3. **/metrics while polling**: wrk with one connection (text) and ten (OpenMetrics,
+   gzip), kept alive, against an exporter polling every second on a host whose counters
+   move, at Python's default switch interval (5 ms) and at the one ``podres export``
+   sets: what a poll's Python in the exporter's threads does to the scrapes meanwhile.
+4. **kubelet calls per poll with 10 scrapers**, counted by the simulated kubelet, and
    the poll cadence under that load: an exporter polling every second, hammered by 10
    scrapers. Targets: at most 2 calls per poll; the polls keep their interval.
-4. **memory under churn**: resident memory after start-up and while the simulated
+5. **memory under churn**: resident memory after start-up and while the simulated
    kubelet replaces 5 pods a second (10 minutes; ``--quick``: 12 s), the exporter polling
    every 2 s; then every departed pod is looked for in a scrape. Targets: under 80 MiB,
    no growth, no series of a departed pod.
@@ -63,8 +67,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import exporter_proc
 import footprint
 
+from podres_exporter import process
 from podres_exporter.collectors import ALL
 
 HERE = Path(__file__).parent
@@ -641,12 +647,15 @@ class Loaded:
         return self.cpu / max(1, self.requests)
 
 
-def wrk_round(url: str, ask: Ask, seconds: float, script: Path) -> tuple[int, float, float, int]:
+def wrk_round(
+    url: str, ask: Ask, seconds: float, script: Path, connections: int = WRK_CONNECTIONS
+) -> tuple[int, float, float, int]:
     """wrk's requests, p50 and p99 (seconds) and errors over ``seconds`` of ``url``."""
     headers = dict(ask.headers)
     if not ask.keep_alive:
         headers["Connection"] = "close"  # wrk connects again after each answer
-    args = ["wrk", "-t", "2", "-c", str(WRK_CONNECTIONS), "-d", f"{seconds:g}s"]
+    threads = min(2, connections)
+    args = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds:g}s"]
     args += ["--timeout", "10s", "-s", str(script)]
     for name, value in headers.items():
         args += ["-H", f"{name}: {value}"]
@@ -683,6 +692,57 @@ def under_wrk(
                     cell.p50s.append(p50)
                     cell.p99s.append(p99)
             out += cells
+    return out
+
+
+# Scrapes while polling: (ask, wrk connections), each against an exporter at a 1 s poll.
+POLLING_ASKS = (
+    (Ask(openmetrics=False, keep_alive=True), 1),
+    (Ask(openmetrics=True, keep_alive=True), 10),
+)
+PYTHON_SWITCH_S = 0.005  # the interpreter's default switch interval
+
+
+@dataclass
+class Polled:
+    """Scrapes of an exporter that polls every second, its host's counters moving, at one
+    switch interval of the interpreter."""
+
+    ask: Ask
+    connections: int
+    switch_s: float
+    p50s: list[float] = field(default_factory=list)  # one a round
+    p99s: list[float] = field(default_factory=list)
+
+
+def while_polling(node: Node, tmp: Path, rounds: int, seconds: float) -> list[Polled]:
+    """Each of :data:`POLLING_ASKS` from wrk, ``rounds`` rounds of ``seconds``, against an
+    exporter polling every second with every counter of its host moving: first at Python's
+    default switch interval, then at the one ``podres export`` sets (what a poll's Python
+    in the exporter's threads does to the scrapes served meanwhile). Empty without wrk."""
+    if shutil.which("wrk") is None:
+        return []
+    script = tmp / "polling.lua"
+    script.write_text(WRK_SCRIPT)
+    out = []
+    for switch_s in (PYTHON_SWITCH_S, process.SWITCH_INTERVAL_S):
+        name = f"exporter-polling-{switch_s * 1e3:g}ms"
+        extra = [exporter_proc.SWITCH_INTERVAL_FLAG, str(switch_s)]
+        exp = start_exporter(node, name, "1s", extra)
+        ticker = None
+        try:
+            ticker = start_ticker(node, exp)
+            for ask, connections in POLLING_ASKS:
+                cell = Polled(ask, connections, switch_s)
+                for _ in range(rounds):
+                    _, p50, p99, _ = wrk_round(exp.url, ask, seconds, script, connections)
+                    cell.p50s.append(p50)
+                    cell.p99s.append(p99)
+                out.append(cell)
+        finally:
+            for d in (ticker, exp):
+                if d is not None:
+                    footprint.stop(d)
     return out
 
 
@@ -814,6 +874,8 @@ def report(run: Run, scenario: str) -> None:
     )
     report_wrk(run.loaded, run.servers)
 
+    report_polling(run.polled)
+
     footprint.print_head("kubelet calls per poll, 10 scrapers hammering, 1 s poll")
     print(
         f"  {calls.polls} polls in {calls.seconds:.1f} s ({calls.seconds:.0f} expected at 1 s), ",
@@ -862,6 +924,30 @@ def report_wrk(loaded: list[Loaded], servers: int) -> None:
         [(f"wrk {c[0].ask.label:<30}", c) for c in groups(loaded, servers)],
         f"median of {rounds} rounds alternating between the servers, at least {requests} "
         f"requests a cell; errors {errors}; podres p99 ranges over the rounds: {p99s}",
+    )
+
+
+def report_polling(polled: list[Polled]) -> None:
+    footprint.print_head("/metrics while polling: 1 s poll, every counter moving, wrk")
+    if not polled:
+        print("  skipped: wrk is not installed (Debian package wrk)")
+        return
+    ours, python = process.SWITCH_INTERVAL_S, PYTHON_SWITCH_S
+    heads = [f"{python * 1e3:g} ms p50", "p99", f"{ours * 1e3:g} ms p50", "p99"]
+    print(f"  {'switch interval:':<30} {'conns':>5} " + " ".join(f"{h:>11}" for h in heads))
+    by_ask: dict[tuple[Ask, int], dict[float, Polled]] = {}
+    for c in polled:
+        by_ask.setdefault((c.ask, c.connections), {})[c.switch_s] = c
+    for (ask, conns), cells in by_ask.items():
+        row = []
+        for f in (cells[python], cells[ours]):
+            row += [ms(statistics.median(f.p50s)), ms(statistics.median(f.p99s))]
+        print(f"  {ask.label:<30} {conns:>5} " + " ".join(f"{x:>11}" for x in row))
+    rounds = len(polled[0].p99s)
+    print(
+        f"  (median of {rounds} rounds; Python's default switch interval, then podres "
+        "export's; a poll every second, ten times the daemon's default, so that polls "
+        "fall often inside the scrapes)"
     )
 
 
@@ -930,6 +1016,7 @@ class Run:
     latency: list[Latency]
     loaded: list[Loaded]
     servers: int  # in each latency cell: podres, the plain server and the floor, if any
+    polled: list[Polled]
     calls: Calls
     churned: Churned
 
@@ -939,6 +1026,7 @@ def measure(ns: argparse.Namespace, tmp: Path) -> Run:
     window = 10.0 if ns.quick else 120.0
     count = 50 if ns.quick else 1000
     wrk_rounds = (1, 1.0) if ns.quick else (3, 3.0)  # rounds, seconds a round
+    polling_rounds = (1, 2.0) if ns.quick else (3, 10.0)
     hammer_s = 3.0 if ns.quick else 30.0
     minutes = ns.churn_minutes or (0.2 if ns.quick else 10.0)
     node = Node(ns.scenario, tmp / "node")
@@ -969,13 +1057,15 @@ def measure(ns: argparse.Namespace, tmp: Path) -> Run:
             runs.append(steady(bare, window, "without telemetry collectors"))
         finally:
             footprint.stop(bare)
+        polled = while_polling(node, tmp, *polling_rounds)
         calls = calls_under_load(node, hammer_s)
     finally:
         footprint.stop(node.sim)
     churn_dir = tmp / "churn"
     churn_dir.mkdir()
     servers = 1 + len(others)
-    return Run(runs, lat, loaded, servers, calls, churn(churn_dir, ns.scenario, minutes))
+    churned = churn(churn_dir, ns.scenario, minutes)
+    return Run(runs, lat, loaded, servers, polled, calls, churned)
 
 
 def main() -> int:

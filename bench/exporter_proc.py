@@ -8,9 +8,11 @@ device tree, procfs, the kubelet's log names, and a fake NVML with the node's GP
 counters moving with the clock. Then runs the exporter (``cli.export.Exporter``, as
 ``podres export`` does) on 127.0.0.1:PORT, polling every POLL, reading all of that, with
 NVML's slow fields at ``--source-interval.gpu-slow``. More exporter flags may follow
-(``--no-collector.NAME`` is given as ``--collector.NAME off``). Logs JSON at warning
-level to stderr; runs until SIGTERM. Its CPU and memory are the exporter's own (and the
-fake NVML's, standing in for the driver library a real exporter loads).
+(``--no-collector.NAME`` is given as ``--collector.NAME off``), and
+``--bench.switch-interval SECONDS``, the interpreter's switch interval in place of the
+one ``podres export`` sets. Logs JSON at warning level to stderr; runs until SIGTERM.
+Its CPU and memory are the exporter's own (and the fake NVML's, standing in for the
+driver library a real exporter loads).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from podres_exporter.sim.hostfs import SimHost
 from podres_exporter.sources.gpu import NvmlBackend
 
 FIXED_ARGS = 5
+SWITCH_INTERVAL_FLAG = "--bench.switch-interval"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -38,6 +41,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     ref, sock, hostdir, port, poll = argv[:FIXED_ARGS]
     extra = dict(zip(argv[FIXED_ARGS::2], argv[FIXED_ARGS + 1 :: 2], strict=True))
+    # Not a flag of the exporter: the interpreter's switch interval in seconds, in place
+    # of the one podres export sets (bench/exporter.py's scrapes while polling).
+    switch_interval = extra.pop(SWITCH_INTERVAL_FLAG, None)
     flags = {k: v for k, v in extra.items() if not k.startswith("--collector.")}
     switches = {
         k.removeprefix("--collector."): v == "on"
@@ -66,6 +72,9 @@ def main(argv: Sequence[str]) -> int:
         process.raise_open_files_limit()  # as podres export does
         exporter = Exporter(settings, gpu_backend=backend)
         process.tune_gc()  # as podres export does
+        process.tune_switch_interval()
+        if switch_interval is not None:
+            sys.setswitchinterval(float(switch_interval))
         exporter.start()
         try:
             stop.wait()

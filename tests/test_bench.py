@@ -52,9 +52,21 @@ def test_quick_exporter_benchmark_measures_each_figure() -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout
-    for head in ("steady CPU on small", "/metrics latency", "kubelet calls per poll", "memory"):
+    heads = ("steady CPU on small", "/metrics latency", "/metrics while polling")
+    for head in (*heads, "kubelet calls per poll", "memory"):
         assert head in out, out
-    latency = [line for line in out.splitlines() if " keep-alive " in line or " new conn " in line]
+    start, end = out.index("/metrics while polling"), out.index("kubelet calls per poll")
+    polling, beside = out[start:end].splitlines(), out[:start] + out[end:]
+    if shutil.which("wrk") is None:
+        assert "skipped: wrk is not installed" in polling[2], out
+    else:  # one connection and ten, each at Python's switch interval and at the daemon's
+        rows = [
+            line for line in polling if re.search(r"keep-alive +(1|10)( +[0-9.]+ ms){4}$", line)
+        ]
+        assert len(rows) == 2, out
+    latency = [
+        line for line in beside.splitlines() if " keep-alive " in line or " new conn " in line
+    ]
     python_client = [line for line in latency if not line.lstrip().startswith("wrk ")]
     assert len(python_client) == 8, out  # 2 formats x 2 connection kinds x 1 and 10 scrapers
     if shutil.which("wrk") is None:
