@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om
 
 from podres_exporter.collectors.families import RowFamily
-from podres_exporter.collectors.kubelet import snapshot_age
+from podres_exporter.collectors.kubelet import snapshot_age, snapshot_age_seconds
 from podres_exporter.poller import Store
 from podres_exporter.view import NodeView
 from podres_exporter.web import render_registry
@@ -407,7 +407,8 @@ class Exposition:
         self._asked_at: dict[bool, float] = {}  # openmetrics -> when a scraper last asked
         self._write_cache = WriteCache()  # families reused by the collectors keep their text
         self._process: dict[bool, tuple[float, bytes]] = {}  # format -> (when, process metrics)
-        self._age_head: dict[bool, bytes] = {}  # format -> the snapshot age's HELP and TYPE
+        # format -> the snapshot age's HELP and TYPE, and its sample's name
+        self._age_head: dict[bool, tuple[bytes, bytes]] = {}
         self._prepare_failed = False
         self._live = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self._live)
@@ -498,15 +499,17 @@ class Exposition:
     def _age(self, view: NodeView | None, openmetrics: bool) -> bytes:
         """``podres_snapshot_age_seconds`` now: its head written once per format, its
         one line here (what :func:`write` gives, without its per-family work)."""
-        family = snapshot_age(view, self._wall())
-        head = self._age_head.get(openmetrics)
-        if head is None:
+        cached = self._age_head.get(openmetrics)
+        if cached is None:
+            family = snapshot_age(None, 0.0)
             empty = Metric(family.name, family.documentation, family.type)
-            head = self._age_head[openmetrics] = write([empty], openmetrics, eof=False)
-        if not family.samples:
+            head = write([empty], openmetrics, eof=False)
+            cached = self._age_head[openmetrics] = (head, f"{family.name} ".encode())
+        head, name = cached
+        seconds = snapshot_age_seconds(view, self._wall())
+        if seconds is None:
             return head
-        (sample,) = family.samples
-        return head + f"{sample.name} {go_float(sample.value)}\n".encode()
+        return b"%s%s%s\n" % (head, name, go_float(seconds).encode())
 
     def ready_body(self, *, openmetrics: bool, gz: bool) -> bytes | tuple[bytes, bytes] | None:
         """The body when it can be given at once: the current view's rendering in this

@@ -1247,7 +1247,8 @@ class WebServer:
     def _expect(self, conn: _Connection, seconds: float, phase: str) -> None:
         """Give ``conn`` ``seconds`` for ``phase``: its timer is set anew only when it
         would fire after the new deadline."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop  # the running loop (asyncio.get_running_loop asks getpid)
+        assert loop is not None
         deadline = loop.time() + seconds
         conn.deadline, conn.phase = deadline, phase
         timer = conn.timer

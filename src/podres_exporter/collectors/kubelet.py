@@ -96,12 +96,20 @@ COLLECTOR: Final = PartCollector(
 )
 
 
+def snapshot_age_seconds(served: NodeView | None, now: float) -> float | None:
+    """How old ``served``'s kubelet reading is at ``now``; None before a reading."""
+    if served is None or served.snapshot.reading is None:
+        return None
+    return max(0.0, now - served.snapshot.reading.taken_at)
+
+
 def snapshot_age(served: NodeView | None, now: float) -> Metric:
     """``podres_snapshot_age_seconds`` at ``now``: rendered when it is served, not cached."""
     age = GaugeMetricFamily(
         "podres_snapshot_age_seconds",
         "Seconds since the served kubelet data was read; grows while the kubelet is unreachable.",
     )
-    if served is not None and served.snapshot.reading is not None:
-        age.add_metric([], max(0.0, now - served.snapshot.reading.taken_at))
+    seconds = snapshot_age_seconds(served, now)
+    if seconds is not None:
+        age.add_metric([], seconds)
     return age
