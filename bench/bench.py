@@ -284,6 +284,7 @@ def main() -> int:
     ns = parser.parse_args()
     process.configure_logging("warning", "console")  # the table, not the daemons' events
     process.tune_gc()  # as the daemons do
+    process.tune_switch_interval()  # as podres export does
     repeat = ns.repeat or (3 if ns.quick else 7)
     scrapes = 10 if ns.quick else 100
     plan = [("small", "small"), ("large", "large")]
