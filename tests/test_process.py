@@ -480,8 +480,9 @@ def test_the_signal_handler_takes_no_lock() -> None:
 
 
 def test_a_daemon_tunes_its_garbage_collector_before_it_starts() -> None:
-    """``podres plugin`` (like ``podres export``, below) freezes what start-up made and
-    collects young objects every GC_THRESHOLDS[0] allocations, not Python's 700."""
+    """``process.tune_gc`` (which ``podres plugin`` and ``podres export``, below, call)
+    freezes what start-up made and collects young objects every GC_THRESHOLDS[0]
+    allocations, not Python's 700."""
     code = (
         "import gc, sys\n"
         "from podres_exporter import process\n"
