@@ -579,9 +579,7 @@ class _BodyFiles:
                 os.close(fd)
 
 
-def _send(
-    sock: socket.socket, head: bytes, body: Body | _Pieces, files: _BodyFiles | None = None
-) -> _Pieces:
+def _send(sock: socket.socket, head: bytes, body: Body | _Pieces, files: _BodyFiles) -> _Pieces:
     """``head`` then ``body`` to ``sock``, none of them copied, as far as the kernel takes
     them now; what is left (empty when everything went). OSError when the connection is
     lost. One ``sendmsg``, but that a piece of at least :data:`_SENDFILE_MIN` bytes goes
@@ -593,7 +591,7 @@ def _send(
     try:
         for piece in pieces:
             fd = None
-            if files is not None and len(piece) >= _SENDFILE_MIN and isinstance(piece, bytes):
+            if len(piece) >= _SENDFILE_MIN and isinstance(piece, bytes):
                 fd = files.fd(piece)
             if fd is None:
                 run.append(piece)
