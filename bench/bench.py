@@ -48,15 +48,16 @@ import grpc
 import simproc
 from google.protobuf.message import Message
 
-from podres_exporter import collectors, process
+from podres_exporter import collectors
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_exporter.cli.export import Exporter
-from podres_exporter.exposition import WriteCache, render_families
-from podres_exporter.reader import NodeReader
-from podres_exporter.settings import Settings, build
-from podres_exporter.sim import SimKubelet
-from podres_exporter.sim.hostfs import SimHost
+from podres_exporter.daemon import process
+from podres_exporter.exporter.exposition import WriteCache, render_families
+from podres_exporter.exporter.reader import NodeReader
+from podres_exporter.exporter.settings import Settings, build
 from podres_exporter.sources.gpu import NvmlBackend
+from podres_sim import SimKubelet
+from podres_sim.hostfs import SimHost
 
 TARGET_RATIO = 3.0
 # Collectors that need no telemetry source but only report on it.

@@ -70,8 +70,8 @@ from typing import Any, Protocol, TypeVar
 import exporter_proc
 import footprint
 
-from podres_exporter import process
 from podres_exporter.collectors import ALL
+from podres_exporter.daemon import process
 
 HERE = Path(__file__).parent
 SIMPROC = str(HERE / "simproc.py")
@@ -157,10 +157,10 @@ def host_ticker(scenario: str, hostdir: Path) -> int:
 
     import simproc
 
-    from podres_exporter import process
-    from podres_exporter.sim import SimKubelet
-    from podres_exporter.sim.devtree import bump_counters
-    from podres_exporter.sim.hostfs import SimHost
+    from podres_exporter.daemon import process
+    from podres_sim import SimKubelet
+    from podres_sim.devtree import bump_counters
+    from podres_sim.hostfs import SimHost
 
     sim = SimKubelet(simproc.scenario(scenario), hostdir / "unused.sock")
     host = SimHost(sim, hostdir / "host")
@@ -384,7 +384,7 @@ def plain_server(port: int, bodies: Path) -> int:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return conn, addr
 
-    from podres_exporter import process
+    from podres_exporter.daemon import process
 
     with process.stop_on_signals() as stop:
         server = Server(("127.0.0.1", port), Handler)

@@ -24,12 +24,13 @@ from pathlib import Path
 
 import simproc
 
-from podres_exporter import collectors, process
+from podres_exporter import collectors
 from podres_exporter.cli.export import Exporter
-from podres_exporter.settings import build
-from podres_exporter.sim import SimKubelet
-from podres_exporter.sim.hostfs import SimHost
+from podres_exporter.daemon import process
+from podres_exporter.exporter.settings import build
 from podres_exporter.sources.gpu import NvmlBackend
+from podres_sim import SimKubelet
+from podres_sim.hostfs import SimHost
 
 FIXED_ARGS = 5
 SWITCH_INTERVAL_FLAG = "--bench.switch-interval"

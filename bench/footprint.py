@@ -3,7 +3,7 @@
 Usage: python bench/footprint.py [--quick] [--steady SECONDS] [--large-pods N,N]
 (also run by bench/bench.py after the in-process measures)
 
-The simulated kubelet runs in its own process (``python -m podres_exporter.sim``,
+The simulated kubelet runs in its own process (``python -m podres_sim``,
 the demo scenario with its churn, and its device manager). Beside it, each daemon
 runs as its own process exactly as on a node: ``podres export`` polling every 10 s,
 ``podres plugin`` advertising a few ``dev`` resources to the simulated kubelet
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 
-from podres_exporter.sim import load_builtin
+from podres_sim import load_builtin
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SCRAPE_EVERY_S = 15.0
@@ -276,7 +276,7 @@ def steady(daemons: Sequence[Daemon], seconds: float, others: Sequence[Daemon]) 
 def sim_args(scenario: str, tmp: Path) -> list[str]:
     return [
         "-m",
-        "podres_exporter.sim",
+        "podres_sim",
         "--scenario",
         scenario,
         "--socket",

@@ -33,17 +33,17 @@ from typing import Any
 
 import grpc
 
-from podres_exporter import process
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from podres_exporter.core.telemetry import PciReading, SysfsDevices
+from podres_exporter.daemon import process
 from podres_exporter.deviceplugin import inventory as inv
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig, parse_config
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.servicer import DevicePluginServicer
-from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_exporter.telemetry import PciReading, SysfsDevices
+from podres_sim.fakenvml import FakeNvml
 
 # The generated stubs are untyped: reached through Any, as the tests' fixtures do.
 _grpc_api: Any = pb_grpc

@@ -4,7 +4,7 @@ Usage: python bench/simproc.py SCENARIO SOCKET [--counts FILE] [--churn PER_SECO
 
 SCENARIO: ``small``, ``large`` or ``huge`` (``sim.synthetic.bench_scenario``),
 ``fleet:PODS`` (``fleet_scenario``: the linearity rows), or anything ``--scenario``
-of ``python -m podres_exporter.sim`` takes. The benchmark runs it apart so that the
+of ``python -m podres_sim`` takes. The benchmark runs it apart so that the
 exporter's CPU, read from ``/proc/<pid>/stat``, holds none of the simulator's work.
 
 ``--counts FILE``: every 0.25 s, FILE is replaced by a JSON object of the calls served
@@ -27,9 +27,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from podres_exporter import process
-from podres_exporter.sim import Scenario, SimKubelet, resolve_scenario
-from podres_exporter.sim.synthetic import BENCH_SCENARIOS, bench_scenario, fleet_scenario
+from podres_exporter.daemon import process
+from podres_sim import Scenario, SimKubelet, resolve_scenario
+from podres_sim.synthetic import BENCH_SCENARIOS, bench_scenario, fleet_scenario
 
 FLEET = "fleet:"
 COUNTS_EVERY_S = 0.25

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import footprint
 import simproc
 
-from podres_exporter.sim import SimKubelet
-from podres_exporter.sim.hostfs import SimHost
+from podres_sim import SimKubelet
+from podres_sim.hostfs import SimHost
 
 SIMPROC = str(Path(__file__).with_name("simproc.py"))
 TARGET_S = {500: 1.0, 5000: 5.0}

@@ -5,7 +5,7 @@ Usage: python bench/web_servers.py [--quick]
 Each server runs in a process of its own and serves the same ~100 KiB Prometheus text
 body on ``/metrics``:
 
-* ``podres``: :class:`podres_exporter.web.WebServer` with its default limits;
+* ``podres``: :class:`podres_exporter.daemon.web.WebServer` with its default limits;
 * ``cheroot-10``: ``cheroot.wsgi.Server`` with a minimal WSGI app and cheroot's
   defaults (10 worker threads, a 10 s socket timeout) but for the listen backlog;
 * ``cheroot-256``: the same with 256 worker threads, more than the slowloris clients;
@@ -78,7 +78,7 @@ def exposition(size: int = 100 * 1024) -> bytes:
 
 
 def serve_podres(body: bytes) -> Callable[[], None]:
-    from podres_exporter.web import Index, Site, WebServer
+    from podres_exporter.daemon.web import Index, Site, WebServer
 
     site = Site(
         metrics=lambda *, openmetrics, gz: body,

@@ -7,7 +7,7 @@ from types import MappingProxyType
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podres_exporter.accounting import (
+from podres_exporter.core.accounting import (
     LIVENESS_ANOMALY,
     Holder,
     PodCount,
@@ -16,7 +16,7 @@ from podres_exporter.accounting import (
     contested,
     pod_state,
 )
-from podres_exporter.model import (
+from podres_exporter.core.model import (
     Allocatable,
     ApiVersion,
     ClaimDevice,

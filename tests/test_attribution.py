@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from podres_exporter.attribution import build_index, container_of, parse_cgroup
-from podres_exporter.model import Holder
+from podres_exporter.core.attribution import build_index, container_of, parse_cgroup
+from podres_exporter.core.model import Holder
+from podres_exporter.core.telemetry import CgroupRef
 from podres_exporter.sources.procfs import parse_proc_stat, read_cpu_times, read_pid_cgroups
-from podres_exporter.telemetry import CgroupRef
 
 UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
 U_ = UID.replace("-", "_")

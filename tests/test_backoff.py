@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from podres_exporter.backoff import NO_JITTER, Backoff
+from podres_exporter.daemon.backoff import NO_JITTER, Backoff
 
 
 def test_backoff_grows_with_jitter_and_caps() -> None:

@@ -27,10 +27,12 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
-from podres_exporter import exposition
 from podres_exporter.collectors.families import RowFamily
 from podres_exporter.collectors.kubelet import snapshot_age
-from podres_exporter.exposition import (
+from podres_exporter.core.view import NodeView
+from podres_exporter.daemon.web import render_registry
+from podres_exporter.exporter import exposition
+from podres_exporter.exporter.exposition import (
     ASKED_RECENT_S,
     PROCESS_EVERY_S,
     Exposition,
@@ -38,12 +40,10 @@ from podres_exporter.exposition import (
     go_float,
     write,
 )
-from podres_exporter.poller import Poller, Store
-from podres_exporter.reader import NodeReader
-from podres_exporter.sim import SimKubelet
-from podres_exporter.view import NodeView
-from podres_exporter.web import render_registry
-from tests.conftest import exporter_settings
+from podres_exporter.exporter.poller import Poller, Store
+from podres_exporter.exporter.reader import NodeReader
+from podres_sim import SimKubelet
+from tests.support import exporter_settings
 from tests.test_poller import TOPO, Script, reading
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podres_exporter.ids import (
+from podres_exporter.core.ids import (
     Kind,
     Resolved,
     is_gpu_resource,

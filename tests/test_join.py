@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from podres_exporter.accounting import account
-from podres_exporter.ids import Kind
-from podres_exporter.join import join
-from podres_exporter.model import (
+from podres_exporter.core.accounting import account
+from podres_exporter.core.ids import Kind
+from podres_exporter.core.join import join
+from podres_exporter.core.model import (
     Allocatable,
     ApiVersion,
     ContainerAlloc,
@@ -19,7 +19,7 @@ from podres_exporter.model import (
     PodAlloc,
     Support,
 )
-from podres_exporter.telemetry import (
+from podres_exporter.core.telemetry import (
     CgroupRef,
     ContainerIndex,
     CpuTimes,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from podres_exporter.kube import (
+from podres_exporter.core.kube import (
     NameProblem,
     extended_resource_problem,
     is_dns1123_subdomain,

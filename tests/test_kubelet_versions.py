@@ -14,11 +14,11 @@ from types import MappingProxyType
 
 import pytest
 
-from podres_exporter.accounting import LIVENESS_ANOMALY, PodCount, account
-from podres_exporter.model import KubeletReading, NodeTopology, PodLiveness, Support
-from podres_exporter.sim import Scenario, SimKubelet
-from podres_exporter.sim.scenario import KubeletBehaviour
+from podres_exporter.core.accounting import LIVENESS_ANOMALY, PodCount, account
+from podres_exporter.core.model import KubeletReading, NodeTopology, PodLiveness, Support
 from podres_exporter.sources.kubelet import KubeletClient
+from podres_sim import Scenario, SimKubelet
+from podres_sim.scenario import KubeletBehaviour
 
 MakeSim = Callable[..., SimKubelet]
 VERSIONS = range(28, 38)

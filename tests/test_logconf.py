@@ -7,7 +7,7 @@ import json
 
 import structlog
 
-from podres_exporter import logconf, process
+from podres_exporter.daemon import logconf, process
 
 
 def json_events(out: io.StringIO) -> list[dict[str, object]]:

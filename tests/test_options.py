@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from podres_exporter.errors import ConfigError
-from podres_exporter.options import (
+from podres_exporter.core.errors import ConfigError
+from podres_exporter.daemon.options import (
     MAX_DURATION_S,
     Option,
     check_at_most,

@@ -14,15 +14,13 @@ from types import MappingProxyType
 import pytest
 from structlog.testing import capture_logs
 
-from podres_exporter import logconf
-from podres_exporter.backoff import NO_JITTER, Backoff
-from podres_exporter.errors import (
+from podres_exporter.core.errors import (
     KubeletError,
     KubeletRateLimited,
     KubeletUnavailable,
     SourceError,
 )
-from podres_exporter.model import (
+from podres_exporter.core.model import (
     Allocatable,
     ApiVersion,
     ContainerAlloc,
@@ -32,10 +30,12 @@ from podres_exporter.model import (
     RequestStats,
     Support,
 )
-from podres_exporter.poller import Poller, Store, stall_after
-from podres_exporter.reader import NodeReader, Observation
-from podres_exporter.settings import build
-from tests.conftest import wait_until
+from podres_exporter.daemon import logconf
+from podres_exporter.daemon.backoff import NO_JITTER, Backoff
+from podres_exporter.exporter.poller import Poller, Store, stall_after
+from podres_exporter.exporter.reader import NodeReader, Observation
+from podres_exporter.exporter.settings import build
+from tests.support import wait_until
 
 TOPO = NodeTopology(frozenset({0, 1}), MappingProxyType({0: 0, 1: 0}))
 

@@ -20,11 +20,11 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from podres_exporter import logconf, process
 from podres_exporter.cli import main as podres
-from podres_exporter.errors import ConfigError
-from podres_exporter.sim.__main__ import main as sim_main
-from podres_exporter.web import Index, Site
+from podres_exporter.core.errors import ConfigError
+from podres_exporter.daemon import logconf, process
+from podres_exporter.daemon.web import Index, Site
+from podres_sim.__main__ import main as sim_main
 
 Handler = Callable[[int, FrameType | None], None]
 
@@ -310,7 +310,7 @@ def test_daemons_stop_on_a_signal_naming_it(tmp_path: Path, sig: signal.Signals)
         ),
         "sim_exit": Daemon(
             [
-                "-m", "podres_exporter.sim", "--scenario", "minimal",
+                "-m", "podres_sim", "--scenario", "minimal",
                 "--socket", str(tmp_path / "k.sock"), "--churn-interval", "0",
             ]
         ),
@@ -485,7 +485,7 @@ def test_a_daemon_tunes_its_garbage_collector_before_it_starts() -> None:
     allocations, not Python's 700."""
     code = (
         "import gc, sys\n"
-        "from podres_exporter import process\n"
+        "from podres_exporter.daemon import process\n"
         "assert gc.get_threshold()[0] == 700 and gc.get_freeze_count() == 0\n"
         "process.tune_gc()\n"
         "print(gc.get_threshold()[0], gc.get_freeze_count() > 1000)\n"

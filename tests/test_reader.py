@@ -10,9 +10,8 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 from structlog.testing import capture_logs
 
-from podres_exporter.errors import SourceError
-from podres_exporter.exposition import WriteCache, write
-from podres_exporter.model import (
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.model import (
     NOTHING_CONTESTED,
     ApiVersion,
     ContainerAlloc,
@@ -24,13 +23,14 @@ from podres_exporter.model import (
     RequestStats,
     Support,
 )
-from podres_exporter.reader import NodeReader, SourceRunner
-from podres_exporter.sim import SimKubelet
+from podres_exporter.core.telemetry import CpuTimes, SysfsDevices
+from podres_exporter.core.view import NodeView
+from podres_exporter.exporter.exposition import WriteCache, write
+from podres_exporter.exporter.reader import NodeReader, SourceRunner
 from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.devices import read_devices
-from podres_exporter.telemetry import CpuTimes, SysfsDevices
-from podres_exporter.view import NodeView
-from tests.conftest import exporter_settings
+from podres_sim import SimKubelet
+from tests.support import exporter_settings
 
 
 def test_slow_source_is_stale_and_not_relaunched() -> None:

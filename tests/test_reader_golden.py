@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.exposition import Exposition
-from podres_exporter.poller import Poller, Store
-from podres_exporter.reader import NodeReader
-from podres_exporter.sim import SimKubelet
-from tests.conftest import exporter_settings
+from podres_exporter.exporter.exposition import Exposition
+from podres_exporter.exporter.poller import Poller, Store
+from podres_exporter.exporter.reader import NodeReader
+from podres_sim import SimKubelet
+from tests.support import exporter_settings
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 VOLATILE = re.compile(

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from podres_exporter.cli import main
-from podres_exporter.errors import ConfigError
-from podres_exporter.options import (
+from podres_exporter.core.errors import ConfigError
+from podres_exporter.daemon.options import (
     Count,
     Duration,
     Option,
@@ -19,7 +19,7 @@ from podres_exporter.options import (
     parse_listen_address,
     parse_size,
 )
-from podres_exporter.settings import BY_FLAG, DEFAULT_OPEN_FILES, OPTIONS, build
+from podres_exporter.exporter.settings import BY_FLAG, DEFAULT_OPEN_FILES, OPTIONS, build
 from podres_exporter.sources import devices
 
 NAMES = ("cpu", "devices")

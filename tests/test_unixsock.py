@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
+from podres_exporter.daemon.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 
 
 def test_the_limit_is_107_bytes() -> None:

@@ -18,8 +18,8 @@ from http import HTTPStatus
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from podres_exporter.options import parse_listen_address
-from podres_exporter.web import (
+from podres_exporter.daemon.options import parse_listen_address
+from podres_exporter.daemon.web import (
     Index,
     Site,
     WebServer,

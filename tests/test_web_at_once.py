@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from podres_exporter.web import Index, Limits, Site, WebServer, _rest, _slices
+from podres_exporter.daemon.web import Index, Limits, Site, WebServer, _rest, _slices
 from tests.test_web_limits import closed_by_server, connect, read_response
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

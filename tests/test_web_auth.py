@@ -15,8 +15,8 @@ import bcrypt
 import pytest
 from structlog.testing import capture_logs
 
-from podres_exporter.web import Index, Limits, Site, WebServer
-from podres_exporter.webconfig import WebConfig, WebConfigProvider
+from podres_exporter.daemon.web import Index, Limits, Site, WebServer
+from podres_exporter.daemon.webconfig import WebConfig, WebConfigProvider
 
 PASSWORD = b"s3cret"
 HASH = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(rounds=4))  # the cheapest cost: a fast test

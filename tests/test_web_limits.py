@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from podres_exporter.web import Index, Limits, Site, WebServer, _drop, connection_cap
+from podres_exporter.daemon.web import Index, Limits, Site, WebServer, _drop, connection_cap
 
 # A small test's limits: deadlines short enough to watch them pass.
 QUICK = Limits(head_timeout_s=0.5, idle_timeout_s=0.5, stop_grace_s=1.0)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter import web
-from podres_exporter.web import WebServer, _BodyFiles, _send
+from podres_exporter.daemon import web
+from podres_exporter.daemon.web import WebServer, _BodyFiles, _send
 from tests.test_web_at_once import QUICK, get, ready_site
 from tests.test_web_limits import connect, read_response
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from podres_exporter.web import Index, Limits, Site, WebServer
-from podres_exporter.webconfig import WebConfig, WebConfigProvider
+from podres_exporter.daemon.web import Index, Limits, Site, WebServer
+from podres_exporter.daemon.webconfig import WebConfig, WebConfigProvider
 from tests.tlsutil import Issued, issue, make_ca
 from tests.tlsutil import client_context as trusting
 

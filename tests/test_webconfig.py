@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from podres_exporter import webconfig
-from podres_exporter.errors import ConfigError
-from podres_exporter.webconfig import WebConfig, WebConfigWatcher, load_web_config
-from tests.conftest import wait_until
+from podres_exporter.core.errors import ConfigError
+from podres_exporter.daemon import webconfig
+from podres_exporter.daemon.webconfig import WebConfig, WebConfigWatcher, load_web_config
+from tests.support import wait_until
 from tests.tlsutil import Issued, client_context, handshake, issue, make_ca, pooled_key
 
 REPO = Path(__file__).resolve().parents[1]

@@ -40,7 +40,7 @@ from grafana import (
     value_text,
 )
 
-from podres_exporter.telemetry import CLOCK_EVENT_REASONS
+from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "dashboards"

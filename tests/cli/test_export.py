@@ -16,9 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.errors import ConfigError
-from podres_exporter.sim import SimKubelet
-from tests.conftest import exporter_settings, http_get, sample, scrape, select, wait_until
+from podres_exporter.core.errors import ConfigError
+from podres_sim import SimKubelet
+from tests.support import exporter_settings, http_get, sample, scrape, select, wait_until
 
 MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]
@@ -226,7 +226,7 @@ def test_get_allocatable_disabled_is_visible(
 @pytest.mark.slow  # 20,000 pods
 def test_big_response_through_the_exporter(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
     """A kubelet answer above 4 MiB is read and served."""
-    from podres_exporter.sim import Scenario
+    from podres_sim import Scenario
 
     sim = make_sim(Scenario.synthetic(pods=20000))
     exp = make_exporter(sim, poll_interval_s=30.0)

@@ -9,8 +9,8 @@ import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2 as v1
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import SimKubelet, write_sysfs
-from tests.conftest import http_get, parse_samples, sample, scrape, select, wait_until
+from podres_sim import SimKubelet, write_sysfs
+from tests.support import http_get, parse_samples, sample, scrape, select, wait_until
 
 MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]

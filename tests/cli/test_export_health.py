@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from podres_exporter.cli.export import Exporter, not_ready_cause
-from podres_exporter.errors import (
+from podres_exporter.core.errors import (
     KubeletError,
     KubeletNotServed,
     KubeletRateLimited,
@@ -19,9 +19,9 @@ from podres_exporter.errors import (
     KubeletTimeout,
     KubeletUnavailable,
 )
-from podres_exporter.reader import Observation
-from podres_exporter.sim import SimKubelet
-from tests.conftest import exporter_settings, http_get, wait_until
+from podres_exporter.exporter.reader import Observation
+from podres_sim import SimKubelet
+from tests.support import exporter_settings, http_get, wait_until
 
 MakeSim = Callable[..., SimKubelet]
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import SimKubelet
-from tests.conftest import Prometheus, http_get, scrape, select, wait_until
+from podres_sim import SimKubelet
+from tests.support import Prometheus, http_get, scrape, select, wait_until
 
 pytestmark = pytest.mark.prometheus
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.sim import SimKubelet
-from tests.conftest import http_get, wait_until
-from tests.conftest import log_events as events
+from podres_sim import SimKubelet
+from tests.support import http_get, wait_until
+from tests.support import log_events as events
 
 pytestmark = pytest.mark.slow  # runs the podres command as a process
 

@@ -6,12 +6,12 @@ import threading
 from collections.abc import Callable
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import Scenario, SimKubelet
-from podres_exporter.sim.devtree import AmdGpu, IbPort, InfinibandHca, IntelGpu, write_device_tree
-from podres_exporter.sim.fakenvml import FakeNvml
+from podres_exporter.core.telemetry import GpuInventory
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_exporter.telemetry import GpuInventory
-from tests.conftest import (
+from podres_sim import Scenario, SimKubelet
+from podres_sim.devtree import AmdGpu, IbPort, InfinibandHca, IntelGpu, write_device_tree
+from podres_sim.fakenvml import FakeNvml
+from tests.support import (
     Samples,
     exporter_settings,
     http_get,

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from podres_exporter.sim import SimKubelet
-from tests.conftest import http_get, parse_samples, sample, select, wait_until
+from podres_sim import SimKubelet
+from tests.support import http_get, parse_samples, sample, select, wait_until
 
 MakeSim = Callable[..., SimKubelet]
 PODRES = [sys.executable, "-m", "podres_exporter"]

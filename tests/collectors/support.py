@@ -13,10 +13,10 @@ from types import MappingProxyType
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.accounting import account
 from podres_exporter.collectors import Collector, RenderContext
-from podres_exporter.ids import Kind
-from podres_exporter.join import (
+from podres_exporter.core.accounting import account
+from podres_exporter.core.ids import Kind
+from podres_exporter.core.join import (
     CpuBusy,
     DrmRow,
     GpuHolderUsage,
@@ -29,7 +29,7 @@ from podres_exporter.join import (
     PciRow,
     Resolution,
 )
-from podres_exporter.model import (
+from podres_exporter.core.model import (
     Allocatable,
     ApiVersion,
     ClaimDevice,
@@ -42,10 +42,9 @@ from podres_exporter.model import (
     NodeTopology,
     PodAlloc,
     RequestStats,
-    Snapshot,
     Support,
 )
-from podres_exporter.telemetry import (
+from podres_exporter.core.telemetry import (
     DrmCardReading,
     GpuInventory,
     GpuReading,
@@ -55,7 +54,7 @@ from podres_exporter.telemetry import (
     SourceStatus,
     Telemetry,
 )
-from podres_exporter.view import NodeView
+from podres_exporter.core.view import NodeView, Snapshot
 
 TOPOLOGY = NodeTopology(frozenset(range(4)), MappingProxyType({0: 0, 1: 0, 2: 1, 3: 1}))
 TRAIN = Holder("ml", "train", "main")

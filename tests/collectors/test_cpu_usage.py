@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podres_exporter.collectors import cpu_usage
-from podres_exporter.join import CpuBusy, Joined
+from podres_exporter.core.join import CpuBusy, Joined
 from tests.collectors.support import SHARED_POOL_BUSY_RATIO, TRAIN, exposition, node_view
 
 # CPU 2 has been read once only: no busy share yet.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podres_exporter.collectors import dra
-from podres_exporter.model import (
+from podres_exporter.core.model import (
     ApiVersion,
     ClaimDevice,
     ContainerAlloc,

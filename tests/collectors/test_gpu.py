@@ -6,9 +6,9 @@ from prometheus_client.metrics_core import Metric
 
 from podres_exporter.collectors import gpu
 from podres_exporter.collectors.base import RenderContext
-from podres_exporter.join import Joined
-from podres_exporter.telemetry import CLOCK_EVENT_REASONS, Telemetry
-from podres_exporter.view import NodeView
+from podres_exporter.core.join import Joined
+from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS, Telemetry
+from podres_exporter.core.view import NodeView
 from tests.collectors.support import GPU_INVENTORY, GPU_ROWS, GPU_USAGE, exposition, node_view
 
 EXPECTED = """\

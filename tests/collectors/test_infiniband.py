@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podres_exporter.collectors import infiniband
-from podres_exporter.join import Joined
+from podres_exporter.core.join import Joined
 from tests.collectors.support import IB_ROWS, exposition, node_view
 
 EXPECTED = """\

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podres_exporter.collectors import placement
-from podres_exporter.join import Joined
+from podres_exporter.core.join import Joined
 from tests.collectors.support import IDLE, NUMA_ALIGNED, RESOLUTIONS, exposition, node_view
 
 EXPECTED = """\

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podres_exporter.collectors import cpu, memory
-from podres_exporter.model import (
+from podres_exporter.core.model import (
     Allocatable,
     ApiVersion,
     ContainerAlloc,

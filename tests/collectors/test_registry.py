@@ -84,10 +84,10 @@ def test_select_rejects_unknown_names() -> None:
 
 def test_sources_follow_the_enabled_collectors() -> None:
     """A telemetry source is read only when a collector that needs it is on."""
-    from podres_exporter.reader import build_sources
-    from podres_exporter.settings import build
-    from podres_exporter.sim.fakenvml import FakeNvml
+    from podres_exporter.exporter.reader import build_sources
+    from podres_exporter.exporter.settings import build
     from podres_exporter.sources.gpu import NvmlBackend
+    from podres_sim.fakenvml import FakeNvml
 
     settings = build({}, {})
     backend = NvmlBackend(FakeNvml())

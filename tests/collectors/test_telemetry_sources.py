@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podres_exporter.collectors import telemetry_sources
-from podres_exporter.telemetry import Telemetry
+from podres_exporter.core.telemetry import Telemetry
 from tests.collectors.support import SOURCES, exposition, node_view
 
 EXPECTED = """\

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.sim import Scenario, SimKubelet
-from podres_exporter.sim.hostfs import SimHost
 from podres_exporter.sources.kubelet import KubeletClient
-from tests.conftest import wait_until
+from podres_sim import Scenario, SimKubelet
+from podres_sim.hostfs import SimHost
 from tests.deviceplugin.support import plugin_flags
+from tests.support import wait_until
 
 MakeSim = Callable[..., SimKubelet]
 VF = "podres.io/rdma-vf"
@@ -167,7 +167,7 @@ def test_kubelet_restart_in_the_middle_of_allocations(short_dir: Path) -> None:
 
     from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as dp
     from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-    from podres_exporter.sim import ContainerSpec, PodSpec
+    from podres_sim import ContainerSpec, PodSpec
 
     sim = SimKubelet(Scenario.loads(SCENARIO), short_dir / "kubelet.sock")
     sim.host = SimHost(sim, short_dir / "host", clock=None)  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podres_exporter.core.errors import AllocationError
 from podres_exporter.deviceplugin.allocate import (
     DeviceNode,
     allocate,
@@ -18,7 +19,6 @@ from podres_exporter.deviceplugin.allocate import (
 )
 from podres_exporter.deviceplugin.config import DiscoverKind, ResourceConfig, parse_config
 from podres_exporter.deviceplugin.inventory import Device, Hardware, ResourceInventory, device_id
-from podres_exporter.errors import AllocationError
 
 GPU = [f"GPU-0c5a1f2e-8a7f-4c1e-9b3d-{i:012d}" for i in range(8)]
 

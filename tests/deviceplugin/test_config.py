@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from podres_exporter.core.errors import ConfigError
 from podres_exporter.deviceplugin.config import (
     DiscoverKind,
     load_config,
     parse_config,
     resource_name_problem,
 )
-from podres_exporter.errors import ConfigError
 
 EXAMPLE = """
 [plugin]

@@ -9,14 +9,14 @@ from typing import Any
 import pynvml
 import pytest
 
+from podres_exporter.core.ids import replica_id, split_replica
+from podres_exporter.core.telemetry import GpuInventory, GpuReading, NetReading, SysfsDevices
 from podres_exporter.deviceplugin import inventory as inv
 from podres_exporter.deviceplugin.config import PluginConfig, ResourceConfig, parse_config
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Discoverer, Monitor
-from podres_exporter.ids import replica_id, split_replica
-from podres_exporter.sim.fakenvml import FakeNvml
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_exporter.telemetry import GpuInventory, GpuReading, NetReading, SysfsDevices
+from podres_sim.fakenvml import FakeNvml
 from tests.deviceplugin.support import VF_ADDRESSES, remove_function, write_sysfs
 
 GPU_A = "GPU-0c5a1f2e-8a7f-4c1e-9b3d-111111111111"

@@ -20,6 +20,7 @@ import pytest
 import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
+from podres_exporter.daemon.options import parse_listen_address
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import parse_config
 from podres_exporter.deviceplugin.inventory import ResourceInventory
@@ -31,17 +32,15 @@ from podres_exporter.deviceplugin.main import (
     load_plugin_config,
 )
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.options import parse_listen_address
-from podres_exporter.sim.devicemanager import (
+from podres_exporter.sources.gpu import NvmlBackend
+from podres_sim.devicemanager import (
     HEALTHY,
     UNHEALTHY,
     PluginDevice,
     PluginOptions,
     SimDeviceManager,
 )
-from podres_exporter.sim.fakenvml import FakeNvml
-from podres_exporter.sources.gpu import NvmlBackend
-from tests.conftest import http_get, started_daemons, wait_until
+from podres_sim.fakenvml import FakeNvml
 from tests.deviceplugin.support import (
     VF_ADDRESSES,
     accepted,
@@ -50,6 +49,7 @@ from tests.deviceplugin.support import (
     plugin_stub,
     write_sysfs,
 )
+from tests.support import http_get, started_daemons, wait_until
 
 RESOURCE = "intel.com/sriov_vf"
 CONFIG = f"""

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from podres_exporter.core.errors import ConfigError
 from podres_exporter.deviceplugin.main import (
     add_plugin_parser,
     plugin_settings,
     run_plugin,
 )
-from podres_exporter.errors import ConfigError
 from tests.deviceplugin.support import advertised, files, plugin_flags, write_sysfs
 
 CONFIG = """

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from podres_exporter.daemon.options import parse_listen_address
 from podres_exporter.deviceplugin.main import (
     DevicePlugin,
     PluginSettings,
     build_plugin,
     load_plugin_config,
 )
-from podres_exporter.options import parse_listen_address
-from podres_exporter.sim.devicemanager import SimDeviceManager
-from tests.conftest import http_get, started_daemons, wait_until
+from podres_sim.devicemanager import SimDeviceManager
 from tests.deviceplugin.support import accepted, advertised, files, write_sysfs
+from tests.support import http_get, started_daemons, wait_until
 
 VF = "intel.com/sriov_vf"
 CONFIG = f"""

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from podres_exporter.sim.devicemanager import HEALTHY, PluginDevice, SimDeviceManager
-from tests.conftest import http_get, wait_until
+from podres_sim.devicemanager import HEALTHY, PluginDevice, SimDeviceManager
 from tests.deviceplugin.support import (
     VF_ADDRESSES,
     accepted,
@@ -25,6 +24,7 @@ from tests.deviceplugin.support import (
     plugin_stub,
     write_sysfs,
 )
+from tests.support import http_get, wait_until
 
 VF = "intel.com/sriov_vf"
 NIC = "example.com/uplink"

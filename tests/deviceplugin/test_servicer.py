@@ -16,9 +16,9 @@ from typing import Any
 import grpc
 import pytest
 
-from podres_exporter import process
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from podres_exporter.daemon import process
 from podres_exporter.deviceplugin.config import parse_config
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Discoverer, Monitor

@@ -20,15 +20,15 @@ import grpc
 import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
-from podres_exporter.cpulist import parse_cpulist
-from podres_exporter.fileid import file_identity
-from tests.conftest import Samples, http_get, parse_samples, select
+from podres_exporter.core.cpulist import parse_cpulist
+from podres_exporter.daemon.fileid import file_identity
 from tests.e2e.cluster import Cluster, ClusterError, wait_for
 from tests.e2e.conftest import OVERLAY
 from tests.e2e.images import PROJECT_IMAGE
 from tests.monitoring.dashboard_lint import grafana_values, substitute, targets
 from tests.monitoring.prom import NodePrometheus, prometheus_scraping
 from tests.monitoring.test_rule_series import alert_exprs
+from tests.support import Samples, http_get, parse_samples, select
 
 # Setting up (image build, cluster start) and the kubelet restarts take minutes, not seconds.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

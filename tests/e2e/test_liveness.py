@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
-from podres_exporter.accounting import pod_state
-from podres_exporter.model import PodLiveness
+from podres_exporter.core.accounting import pod_state
+from podres_exporter.core.model import PodLiveness
 from podres_exporter.sources.liveness import read_liveness
 from tests.e2e.cluster import CGROUP_ROOT, Cluster, wait_for
 from tests.e2e.images import PROJECT_IMAGE

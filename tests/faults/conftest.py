@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from podres_exporter.sim import Scenario, SimKubelet, load_builtin
-from podres_exporter.sim.hostfs import SimHost
+from podres_sim import Scenario, SimKubelet, load_builtin
+from podres_sim.hostfs import SimHost
 from tests.faults.support import Starter, started
 
 

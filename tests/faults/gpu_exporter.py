@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from podres_exporter import process
 from podres_exporter.cli import parser, settings_from
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import resolve_scenario
-from podres_exporter.sim.fakenvml import FakeNvml
-from podres_exporter.sim.hostfs import scenario_nvml
+from podres_exporter.daemon import process
 from podres_exporter.sources.gpu import NvmlBackend
+from podres_sim import resolve_scenario
+from podres_sim.fakenvml import FakeNvml
+from podres_sim.hostfs import scenario_nvml
 
 _CONTROL_POLL_S = 0.05
 

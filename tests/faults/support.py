@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from podres_exporter.sim import SimKubelet
-from podres_exporter.sim.hostfs import SimHost
-from tests.conftest import Samples, http_get, parse_samples, wait_until
+from podres_sim import SimKubelet
+from podres_sim.hostfs import SimHost
+from tests.support import Samples, http_get, parse_samples, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PODRES = (sys.executable, "-m", "podres_exporter")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.sim import SimKubelet
-from tests.conftest import http_get, parse_samples, sample, wait_until
+from podres_sim import SimKubelet
 from tests.faults.support import Starter, host_of, start_exporter, total
+from tests.support import http_get, parse_samples, sample, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,7 @@ import grpc
 import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2 as v1
-from podres_exporter.sim import RATE_LIMITED, SimKubelet
-from tests.conftest import sample, wait_until
+from podres_sim import RATE_LIMITED, SimKubelet
 from tests.faults.support import (
     DaemonProcess,
     Starter,
@@ -24,6 +23,7 @@ from tests.faults.support import (
     start_exporter,
     total,
 )
+from tests.support import sample, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.sim import ContainerSpec, PodSpec, Scenario, SimKubelet
-from tests.conftest import sample, wait_until
+from podres_sim import ContainerSpec, PodSpec, Scenario, SimKubelet
 from tests.deviceplugin.support import accepted, plugin_flags
 from tests.faults.support import PODRES, DaemonProcess, Starter, exporter_flags, host_of
+from tests.support import sample, wait_until
 
 pytestmark = pytest.mark.slow
 

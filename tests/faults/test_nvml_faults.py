@@ -14,8 +14,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from podres_exporter.sim import Scenario, SimKubelet
-from tests.conftest import http_get, sample, wait_until
+from podres_sim import Scenario, SimKubelet
 from tests.faults.support import (
     GPU_EXPORTER,
     DaemonProcess,
@@ -23,6 +22,7 @@ from tests.faults.support import (
     exporter_flags,
     total,
 )
+from tests.support import http_get, sample, wait_until
 
 pytestmark = pytest.mark.slow
 

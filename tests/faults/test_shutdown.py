@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
-from podres_exporter.sim import Scenario, SimKubelet
-from tests.conftest import http_get, parse_samples, wait_until
+from podres_sim import Scenario, SimKubelet
 from tests.faults.support import Starter, start_exporter
+from tests.support import http_get, parse_samples, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import free_port
 from tests.monitoring.prom import NodePrometheus, prometheus_scraping, stop
+from tests.support import free_port
 
 SCRAPE_INTERVAL_S = 1
 NODE = "demo"

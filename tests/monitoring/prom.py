@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import free_port, http_get, wait_until
+from tests.support import free_port, http_get, wait_until
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import grpc
 import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
-from podres_exporter.errors import AdmissionError, PreStartError, ScenarioError
-from podres_exporter.kube import extended_resource_problem
-from podres_exporter.sim import (
+from podres_exporter.core.errors import AdmissionError, PreStartError, ScenarioError
+from podres_exporter.core.kube import extended_resource_problem
+from podres_sim import (
     ContainerSpec,
     DevicePluginsSpec,
     DeviceSpec,
@@ -24,9 +24,9 @@ from podres_exporter.sim import (
     Scenario,
     SimKubelet,
 )
-from podres_exporter.sim.devicemanager import CHECKPOINT, PluginOptions, SimDeviceManager
-from tests.conftest import wait_until
+from podres_sim.devicemanager import CHECKPOINT, PluginOptions, SimDeviceManager
 from tests.sim.plugin_fixture import Dev, FakePlugin, devs
+from tests.support import wait_until
 
 VF = "example.com/vf"
 GPU = "example.com/gpu"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.sim import load_builtin
-from podres_exporter.sim.devtree import (
+from podres_exporter.sources.devices import read_devices
+from podres_sim import load_builtin
+from podres_sim.devtree import (
     NetStats,
     NicPf,
     NicVf,
@@ -20,8 +21,7 @@ from podres_exporter.sim.devtree import (
     interface_name,
     write_device_tree,
 )
-from podres_exporter.sim.scenario import DeviceSpec, NodeSpec
-from podres_exporter.sources.devices import read_devices
+from podres_sim.scenario import DeviceSpec, NodeSpec
 
 SRIOV = "intel.com/sriov_netdevice"
 

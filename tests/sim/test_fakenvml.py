@@ -5,9 +5,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from podres_exporter.sim.fakenvml import FakeNvml
+from podres_exporter.core.telemetry import GpuInventory
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_exporter.telemetry import GpuInventory
+from podres_sim.fakenvml import FakeNvml
 
 WHOLE = ["GPU-f38b2ffc-80a4-4f5a-91c9-bc701e7ea419", "GPU-e5121482-3929-4d22-a255-accb1a466884"]
 MIGS = [f"MIG-6513270e-269e-4d37-b2a7-4de452e6b4{i:02d}" for i in range(9)]

@@ -19,9 +19,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from podres_exporter.sim.fakenvml import FakeEventData, FakeNvml
 from podres_exporter.sources import gpu as gpu_module
 from podres_exporter.sources.gpu import NVML_STRUCTS
+from podres_sim.fakenvml import FakeEventData, FakeNvml
 
 _NAME = re.compile(r"^(nvml[A-Z]\w*|NVML\w*)$")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from podres_exporter.sim import SimKubelet
 from podres_exporter.sources.procfs import read_cpu_times
+from podres_sim import SimKubelet
 
 
 def test_cpu_times_advance_alone(make_sim: Callable[..., SimKubelet]) -> None:

@@ -7,14 +7,14 @@ from collections.abc import Callable
 
 import pytest
 
-from podres_exporter.accounting import pod_state
-from podres_exporter.errors import ScenarioError
-from podres_exporter.model import PodAlloc, Support
-from podres_exporter.sim import Scenario, SimKubelet
-from podres_exporter.sim.node import Node
-from podres_exporter.sim.scenario_toml import load_builtin
+from podres_exporter.core.accounting import pod_state
+from podres_exporter.core.errors import ScenarioError
+from podres_exporter.core.model import PodAlloc, Support
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
+from podres_sim import Scenario, SimKubelet
+from podres_sim.node import Node
+from podres_sim.scenario_toml import load_builtin
 
 MakeSim = Callable[..., SimKubelet]
 

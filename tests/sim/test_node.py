@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podres_exporter.sim import (
+from podres_sim import (
     ClaimDeviceSpec,
     ClaimSpec,
     ContainerSpec,

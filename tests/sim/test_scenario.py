@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podres_exporter.cpulist import format_cpulist
-from podres_exporter.errors import ScenarioError
-from podres_exporter.sim import (
+from podres_exporter.core.cpulist import format_cpulist
+from podres_exporter.core.errors import ScenarioError
+from podres_sim import (
     DevicePluginsSpec,
     Node,
     NodeSpec,
@@ -21,8 +21,8 @@ from podres_exporter.sim import (
     resolve_scenario,
     write_sysfs,
 )
-from podres_exporter.sim.scenario_toml import parse_scenario
-from podres_exporter.sim.synthetic import synthetic_scenario
+from podres_sim.scenario_toml import parse_scenario
+from podres_sim.synthetic import synthetic_scenario
 
 GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -18,7 +18,7 @@ import pytest
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as alpha_pb2
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2_grpc as alpha_grpc
-from podres_exporter.sim import (
+from podres_sim import (
     V1_GET_ALLOCATABLE_METHOD,
     V1_GET_METHOD,
     V1_LIST_METHOD,
@@ -434,7 +434,7 @@ def test_garbage_is_no_protobuf_message(sim: SimKubelet, client: Client) -> None
     bytes are no message a parser accepts."""
     from google.protobuf.message import DecodeError
 
-    from podres_exporter.sim.server import GARBAGE
+    from podres_sim.server import GARBAGE
 
     sim.answer_garbage()
     assert rpc_error(client.list).code() == grpc.StatusCode.INTERNAL
@@ -604,13 +604,13 @@ def test_demo_dra_claim_on_the_wire(tmp_path: Path) -> None:
 
 
 def test_module_runs_standalone_until_sigterm(tmp_path: Path) -> None:
-    """python -m podres_exporter.sim serves, writes sysfs, and removes its socket on SIGTERM."""
+    """python -m podres_sim serves, writes sysfs, and removes its socket on SIGTERM."""
     sock = tmp_path / "k.sock"
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "podres_exporter.sim",
+            "podres_sim",
             "--scenario",
             "minimal",
             "--socket",
@@ -649,7 +649,7 @@ def test_module_serves_a_synthetic_scenario(tmp_path: Path) -> None:
     """--scenario synthetic:PODS:N serves Scenario.synthetic with every Nth pod exclusive; a
     malformed one exits 2 naming it."""
     sock = tmp_path / "k.sock"
-    argv = [sys.executable, "-m", "podres_exporter.sim", "--socket", str(sock)]
+    argv = [sys.executable, "-m", "podres_sim", "--socket", str(sock)]
     bad = subprocess.run(
         [*argv, "--scenario", "synthetic:many"], check=False, capture_output=True, text=True
     )

@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from podres_exporter._generated.podresources.v1 import api_pb2 as v1
-from podres_exporter.cpulist import format_cpulist, parse_cpulist
-from podres_exporter.errors import SourceError
-from podres_exporter.model import DeviceRef
+from podres_exporter.core.cpulist import format_cpulist, parse_cpulist
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.model import DeviceRef
 from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.kubelet import devices_from_wire, pod_from_v1
 

@@ -9,10 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.errors import SourceError
-from podres_exporter.ids import normalize_pci
-from podres_exporter.sim import write_sysfs
-from podres_exporter.sim.devtree import (
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.ids import normalize_pci
+from podres_exporter.core.telemetry import NetReading, PciReading, SysfsDevices
+from podres_exporter.sources.cputopology import read_topology
+from podres_exporter.sources.devices import (
+    iommu_group,
+    net_interface_names,
+    pci_function_addresses,
+    read_devices,
+)
+from podres_sim import write_sysfs
+from podres_sim.devtree import (
     Aer,
     AmdGpu,
     DeviceTreeSpec,
@@ -26,15 +34,7 @@ from podres_exporter.sim.devtree import (
     VirtualNic,
     write_device_tree,
 )
-from podres_exporter.sim.scenario import NodeSpec
-from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.sources.devices import (
-    iommu_group,
-    net_interface_names,
-    pci_function_addresses,
-    read_devices,
-)
-from podres_exporter.telemetry import NetReading, PciReading, SysfsDevices
+from podres_sim.scenario import NodeSpec
 
 PF = "0000:3b:00.0"
 VF0 = "0000:3b:01.0"

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from podres_exporter.errors import (
+from podres_exporter.core.errors import (
     KubeletRateLimited,
     KubeletResponseTooLarge,
     KubeletUnavailable,
 )
-from podres_exporter.model import ApiVersion, Support
-from podres_exporter.sim import Scenario, SimKubelet
+from podres_exporter.core.model import ApiVersion, Support
 from podres_exporter.sources.kubelet import KubeletClient
-from tests.conftest import wait_until
+from podres_sim import Scenario, SimKubelet
+from tests.support import wait_until
 
 MakeSim = Callable[..., SimKubelet]
 

@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podres_exporter._generated.podresources.v1 import api_pb2 as v1
-from podres_exporter.model import PodAlloc
-from podres_exporter.sim import SimKubelet
+from podres_exporter.core.model import PodAlloc
 from podres_exporter.sources.kubelet import (
     KubeletClient,
     PodCache,
     allocatable_from_wire,
     pod_from_v1,
 )
+from podres_sim import SimKubelet
 from tests.test_properties import PODS, Kubelet, Node, Pod, answer_of, any_node
 
 MakeSim = Callable[..., SimKubelet]

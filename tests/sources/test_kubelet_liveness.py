@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from podres_exporter.accounting import pod_state
+from podres_exporter.core.accounting import pod_state
 from podres_exporter.sources.liveness import (
     parse_pod_log_dirs,
     pod_uid_of_cgroup,

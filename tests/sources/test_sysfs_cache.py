@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
-from podres_exporter.sim import write_sysfs
-from podres_exporter.sim.devtree import (
+from podres_exporter.sources import cputopology, devices
+from podres_exporter.sources.cputopology import TopologyCache, read_topology
+from podres_exporter.sources.devices import StaticCache, read_devices
+from podres_sim import write_sysfs
+from podres_sim.devtree import (
     DeviceTreeSpec,
     IbPort,
     InfinibandHca,
@@ -27,10 +30,7 @@ from podres_exporter.sim.devtree import (
     interface_name,
     write_device_tree,
 )
-from podres_exporter.sim.scenario import NodeSpec
-from podres_exporter.sources import cputopology, devices
-from podres_exporter.sources.cputopology import TopologyCache, read_topology
-from podres_exporter.sources.devices import StaticCache, read_devices
+from podres_sim.scenario import NodeSpec
 from tests.sources.test_devices import SPECS, pci_of, real
 
 EXTRA_PF = "0000:e1:00.0"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import Samples, select
+from tests.support import Samples, select
 
 
 def assert_header_matches(node: dict[str, Any], ours: Samples) -> None:

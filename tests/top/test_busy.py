@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import SimKubelet
 from podres_exporter.top import add_top_parser, run_top
 from podres_exporter.top.fetch import BUSY_ONLY, POLL_CHECK_S, ExporterSource, LocalSource
 from podres_exporter.top.rows import BUSY_RATIO, build
-from tests.conftest import exporter_settings, http_get, wait_until
+from podres_sim import SimKubelet
+from tests.support import exporter_settings, http_get, wait_until
 
 MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]

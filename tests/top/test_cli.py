@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import Scenario, SimKubelet, load_builtin
 from podres_exporter.top import add_top_parser, run_top
-from tests.conftest import Samples, http_get, scrape, select, wait_until
+from podres_sim import Scenario, SimKubelet, load_builtin
+from tests.support import Samples, http_get, scrape, select, wait_until
 from tests.top.support import assert_header_matches
 
 MakeSim = Callable[..., SimKubelet]

@@ -10,11 +10,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import SimKubelet
 from podres_exporter.top.fetch import WANTED, parse_exposition, samples_from_families
 from podres_exporter.top.render import _plain_table, _table, container_cells, device_cells
 from podres_exporter.top.rows import Sample
-from tests.conftest import http_get, wait_until
+from podres_sim import SimKubelet
+from tests.support import http_get, wait_until
 from tests.top.test_hostile import hostile_data
 
 MakeSim = Callable[..., SimKubelet]

@@ -18,8 +18,8 @@ from typing import ClassVar
 
 import pytest
 
-from podres_exporter.errors import FetchError
-from podres_exporter.printable import printable
+from podres_exporter.core.errors import FetchError
+from podres_exporter.core.printable import printable
 from podres_exporter.top.fetch import ExporterSource, PrometheusSource
 from podres_exporter.top.jsonout import to_json
 from podres_exporter.top.live import State, _draw, _Loop

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import SimKubelet
 from podres_exporter.top.live import State, handle_key, split_keys
 from podres_exporter.top.selection import Options
-from tests.conftest import http_get, wait_until
+from podres_sim import SimKubelet
+from tests.support import http_get, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 # `stty -a` prints a flag that is off with a leading minus.

@@ -12,7 +12,6 @@ from typing import ClassVar
 import pytest
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import SimKubelet
 from podres_exporter.top import add_top_parser, run_top
 from podres_exporter.top.fetch import (
     BUSY_ONLY,
@@ -25,7 +24,8 @@ from podres_exporter.top.fetch import (
 )
 from podres_exporter.top.main import read_once
 from podres_exporter.top.rows import Reading, add_busy, build
-from tests.conftest import http_get, wait_until
+from podres_sim import SimKubelet
+from tests.support import http_get, wait_until
 
 MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]

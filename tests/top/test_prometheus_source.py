@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from podres_exporter.cli.export import Exporter
-from podres_exporter.sim import SimKubelet
 from podres_exporter.top import add_top_parser, run_top
-from tests.conftest import Prometheus, http_get, scrape, select, wait_until
+from podres_sim import SimKubelet
+from tests.support import Prometheus, http_get, scrape, select, wait_until
 from tests.top.support import assert_header_matches
 
 pytestmark = pytest.mark.prometheus

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.sim import SimKubelet, load_builtin
 from podres_exporter.top.fetch import LocalSource
 from podres_exporter.top.render import Screen, crop_middle, fmt_age, fmt_bytes, fmt_pair, render
 from podres_exporter.top.rows import TopData, build
 from podres_exporter.top.selection import Options, select
-from tests.conftest import exporter_settings
+from podres_sim import SimKubelet, load_builtin
+from tests.support import exporter_settings
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "top"
 ANSI = re.compile(r"\x1b\[")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podres_exporter.model import Holder
+from podres_exporter.core.model import Holder
 from podres_exporter.top.rows import (
     BUSY_COUNTER,
     BUSY_RATIO,

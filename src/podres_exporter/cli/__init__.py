@@ -14,10 +14,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podres_exporter import __version__, collectors, process
+from podres_exporter import __version__, collectors
+from podres_exporter.core.errors import ConfigError
+from podres_exporter.daemon import process
 from podres_exporter.deviceplugin.main import add_plugin_parser
-from podres_exporter.errors import ConfigError
-from podres_exporter.settings import BY_FLAG, OPTIONS, Settings, build
+from podres_exporter.exporter.settings import BY_FLAG, OPTIONS, Settings, build
 from podres_exporter.top.main import add_top_parser
 
 _SNAPSHOT_FLAGS = (

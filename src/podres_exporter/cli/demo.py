@@ -15,19 +15,19 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from podres_exporter import process
 from podres_exporter.cli.export import Exporter
+from podres_exporter.core.errors import ConfigError, ScenarioError
+from podres_exporter.daemon import process
+from podres_exporter.daemon.options import duration
 from podres_exporter.deviceplugin.main import (
     DevicePlugin,
     PluginSettings,
     build_plugin,
     load_plugin_config,
 )
-from podres_exporter.errors import ConfigError, ScenarioError
-from podres_exporter.options import duration
-from podres_exporter.settings import Settings
-from podres_exporter.sim import Scenario, SimKubelet, resolve_scenario
-from podres_exporter.sim.hostfs import SimHost
+from podres_exporter.exporter.settings import Settings
+from podres_sim import Scenario, SimKubelet, resolve_scenario
+from podres_sim.hostfs import SimHost
 
 # --churn-interval at most an hour: rarer churn is no churn to watch.
 CHURN_INTERVAL = duration(max_s=3600.0)

@@ -10,9 +10,8 @@ from functools import partial
 
 import structlog
 
-from podres_exporter import __version__, process
-from podres_exporter.backoff import Backoff
-from podres_exporter.errors import (
+from podres_exporter import __version__
+from podres_exporter.core.errors import (
     KubeletError,
     KubeletNotServed,
     KubeletRateLimited,
@@ -20,13 +19,15 @@ from podres_exporter.errors import (
     KubeletTimeout,
     KubeletUnavailable,
 )
-from podres_exporter.exposition import Exposition
-from podres_exporter.options import format_duration
-from podres_exporter.poller import Poller, Store, stall_after
-from podres_exporter.reader import NodeReader
-from podres_exporter.settings import Settings
+from podres_exporter.daemon import process
+from podres_exporter.daemon.backoff import Backoff
+from podres_exporter.daemon.options import format_duration
+from podres_exporter.daemon.web import Index, Site, WebServer
+from podres_exporter.exporter.exposition import Exposition
+from podres_exporter.exporter.poller import Poller, Store, stall_after
+from podres_exporter.exporter.reader import NodeReader
+from podres_exporter.exporter.settings import Settings
 from podres_exporter.sources.gpu import GpuBackend
-from podres_exporter.web import Index, Site, WebServer
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +54,7 @@ class Exporter:
 
     ``gpu_backend``: the GPU telemetry backend (NVML by default; the demo and the
     tests inject one over a fake NVML). ``stall_after_s``: how long without a finished
-    poll fails ``/healthz`` (by default :func:`~podres_exporter.poller.stall_after`).
+    poll fails ``/healthz`` (by default :func:`~podres_exporter.exporter.poller.stall_after`).
     """
 
     def __init__(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-from podres_exporter import collectors, process
-from podres_exporter.errors import ConfigError, KubeletError, KubeletUnavailable
-from podres_exporter.reader import NodeReader
-from podres_exporter.report import to_dict
-from podres_exporter.settings import Settings
+from podres_exporter import collectors
+from podres_exporter.core.errors import ConfigError, KubeletError, KubeletUnavailable
+from podres_exporter.daemon import process
+from podres_exporter.exporter.reader import NodeReader
+from podres_exporter.exporter.report import to_dict
+from podres_exporter.exporter.settings import Settings
 
 
 def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool = True) -> int:

@@ -11,9 +11,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.accounting import Accounting
-from podres_exporter.join import Joined
-from podres_exporter.view import NodeView
+from podres_exporter.core.accounting import Accounting
+from podres_exporter.core.join import Joined
+from podres_exporter.core.view import NodeView
 
 _P = TypeVar("_P")
 

@@ -12,7 +12,6 @@ from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.accounting import Accounting
 from podres_exporter.collectors.base import PartCollector, accounting
 from podres_exporter.collectors.families import (
     HOLDER_LABELS,
@@ -21,6 +20,7 @@ from podres_exporter.collectors.families import (
     info,
     labelled,
 )
+from podres_exporter.core.accounting import Accounting
 
 
 def _families(acc: Accounting) -> Iterator[Metric]:

@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 
 from podres_exporter.collectors.base import PartCollector, joined
 from podres_exporter.collectors.families import HOLDER_LABELS, family, holder_values, labelled
-from podres_exporter.join import Joined
+from podres_exporter.core.join import Joined
 
 
 def _families(j: Joined) -> Iterator[Metric]:

@@ -10,9 +10,9 @@ from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.accounting import Accounting
 from podres_exporter.collectors.base import PartCollector, accounting
 from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info, labelled
+from podres_exporter.core.accounting import Accounting
 
 
 def _families(acc: Accounting) -> Iterator[Metric]:

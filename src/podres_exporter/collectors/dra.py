@@ -8,9 +8,9 @@ from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
-from podres_exporter.accounting import Accounting, HeldClaim
 from podres_exporter.collectors.base import PartCollector, accounting
 from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info, labelled
+from podres_exporter.core.accounting import Accounting, HeldClaim
 
 _LABELS = (*HOLDER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device")
 

@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from podres_exporter.model import Holder
+from podres_exporter.core.model import Holder
 
 HOLDER_LABELS = ("namespace", "pod", "container")
 _NO_HOLDER = ("", "", "")

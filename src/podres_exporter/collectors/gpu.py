@@ -21,9 +21,9 @@ from podres_exporter.collectors.families import (
     numa_value,
     per_row,
 )
-from podres_exporter.join import GpuHolderUsage, GpuRow
-from podres_exporter.telemetry import CLOCK_EVENT_REASONS
-from podres_exporter.view import NodeView
+from podres_exporter.core.join import GpuHolderUsage, GpuRow
+from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS
+from podres_exporter.core.view import NodeView
 
 LABELS = ("uuid", *HOLDER_LABELS)
 _INFO_LABELS = (

@@ -18,7 +18,7 @@ from podres_exporter.collectors.families import (
     holder_values,
     per_row,
 )
-from podres_exporter.join import IbRow
+from podres_exporter.core.join import IbRow
 
 _INFO_LABELS = ("device", "port", "address", "state", "rate")
 # Exported in bytes as the receive and transmit families, not among the other counters.

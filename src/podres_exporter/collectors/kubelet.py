@@ -13,8 +13,8 @@ from prometheus_client.metrics_core import Metric
 
 from podres_exporter.collectors.base import PartCollector, view
 from podres_exporter.collectors.families import info, labelled
-from podres_exporter.model import RequestStats
-from podres_exporter.view import NodeView
+from podres_exporter.core.model import RequestStats
+from podres_exporter.core.view import NodeView
 
 
 def _durations(stats: RequestStats) -> Metric:

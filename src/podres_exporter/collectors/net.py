@@ -10,7 +10,7 @@ from typing import Final
 
 from podres_exporter.collectors.base import PartCollector, joined_rows
 from podres_exporter.collectors.families import HOLDER_LABELS, Table, holder_values, per_row
-from podres_exporter.join import NetRow
+from podres_exporter.core.join import NetRow
 
 
 def _speed(r: NetRow) -> int | None:

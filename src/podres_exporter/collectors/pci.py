@@ -19,7 +19,7 @@ from podres_exporter.collectors.families import (
     numa_value,
     per_row,
 )
-from podres_exporter.join import PciRow
+from podres_exporter.core.join import PciRow
 
 _INFO_LABELS = ("address", "vendor", "device", "class", "driver", "numa_node", "physfn")
 

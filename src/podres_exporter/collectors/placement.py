@@ -16,8 +16,8 @@ from podres_exporter.collectors.families import (
     info,
     labelled,
 )
-from podres_exporter.join import Resolution
-from podres_exporter.view import NodeView
+from podres_exporter.core.join import Resolution
+from podres_exporter.core.view import NodeView
 
 _RESOLUTION_LABELS = ("resource", "device_id", "kind", "physical_id", "matched")
 

@@ -6,7 +6,7 @@ from typing import Final
 
 from podres_exporter.collectors.base import PartCollector
 from podres_exporter.collectors.families import Table, per_row
-from podres_exporter.telemetry import SourceStatus
+from podres_exporter.core.telemetry import SourceStatus
 
 # A source's name and status.
 _Source = tuple[str, SourceStatus]

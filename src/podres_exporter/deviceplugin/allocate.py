@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from podres_exporter.core.errors import AllocationError
+from podres_exporter.core.printable import cut
 from podres_exporter.deviceplugin.config import DiscoverKind, ResourceConfig
 from podres_exporter.deviceplugin.inventory import Device, Hardware, ResourceInventory
-from podres_exporter.errors import AllocationError
-from podres_exporter.printable import cut
 
 __all__ = [
     "NETDEVICES_ENV",

@@ -32,7 +32,7 @@ all must match); ``netdev`` network interfaces whose name matches the glob
 ``pattern``; ``dev`` device nodes matching ``glob`` under ``/dev`` (``fuse``,
 ``dri/renderD*``; a leading ``/dev/`` is accepted).
 
-A bad file raises :class:`~podres_exporter.errors.ConfigError` naming the file and
+A bad file raises :class:`~podres_exporter.core.errors.ConfigError` naming the file and
 the key (``resource[1].discover.kind``; resources count from 0). Pure apart from
 :func:`load_config` reading the file.
 """
@@ -46,9 +46,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
-from podres_exporter.errors import ConfigError
-from podres_exporter.kube import NameProblem, extended_resource_problem
-from podres_exporter.options import Duration, describe, duration, read_toml
+from podres_exporter.core.errors import ConfigError
+from podres_exporter.core.kube import NameProblem, extended_resource_problem
+from podres_exporter.daemon.options import Duration, describe, duration, read_toml
 
 __all__ = [
     "DEFAULT_HEALTH_INTERVAL_S",
@@ -174,7 +174,7 @@ def resource_name_problem(name: str) -> str | None:
     ``kubernetes.io`` nor under it (the kubelet refuses any name containing
     ``kubernetes.io/``), not starting with ``requests.``; the name a qualified name
     (alphanumerics, ``-``, ``_``, ``.``, at most 63 characters). The rules are
-    :func:`podres_exporter.kube.extended_resource_problem`'s.
+    :func:`podres_exporter.core.kube.extended_resource_problem`'s.
     """
     problem = extended_resource_problem(name)
     if problem is None:

@@ -31,9 +31,15 @@ from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Final
 
+from podres_exporter.core.ids import replica_id
+from podres_exporter.core.telemetry import (
+    GpuInventory,
+    GpuReading,
+    NetReading,
+    PciReading,
+    SysfsDevices,
+)
 from podres_exporter.deviceplugin.config import Discover, DiscoverKind, ResourceConfig
-from podres_exporter.ids import replica_id
-from podres_exporter.telemetry import GpuInventory, GpuReading, NetReading, PciReading, SysfsDevices
 
 __all__ = [
     "APPLICATION_XIDS",
@@ -208,11 +214,11 @@ def initial_state(resource: ResourceConfig) -> InventoryState:
 
 def device_id(key: str, replica: int | None = None) -> str:
     """The advertised id of hardware ``key`` (or of its replica: :func:`ids.replica_id
-    <podres_exporter.ids.replica_id>`), fit to the kubelet's 63 characters.
+    <podres_exporter.core.ids.replica_id>`), fit to the kubelet's 63 characters.
 
     A ``key`` too long for that is cut and ends in a hash of the whole key
     (``<start of key>-<8 hex digits>``), so ids stay distinct. A shortened id no longer
-    names its base device: :func:`~podres_exporter.ids.split_replica` gives back the
+    names its base device: :func:`~podres_exporter.core.ids.split_replica` gives back the
     shortened key, and only the inventory (:attr:`Device.hardware`) knows the device.
     """
     made = key if replica is None else replica_id(key, replica)

@@ -24,7 +24,7 @@ For each resource, on its own thread (:class:`ResourcePlugin`):
    stream of the current registration, the plugin registers again (not when the
    servicer ended it for a newer stream).
 
-Each retry waits a :class:`~podres_exporter.backoff.Backoff` from ``Timing``'s
+Each retry waits a :class:`~podres_exporter.daemon.backoff.Backoff` from ``Timing``'s
 ``backoff_initial_s`` to ``backoff_max_s``: a refused Register with jitter (every
 plugin on the node retries while the kubelet is away); serving a socket again,
 registering again after a lost stream, and going on after an unexpected error,
@@ -54,7 +54,10 @@ import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from podres_exporter.backoff import NO_JITTER, Backoff, Jitter
+from podres_exporter.core.errors import RegistrationError
+from podres_exporter.daemon.backoff import NO_JITTER, Backoff, Jitter
+from podres_exporter.daemon.fileid import FileIdentity, file_identity
+from podres_exporter.daemon.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
@@ -64,9 +67,6 @@ from podres_exporter.deviceplugin.servicer import (
     HealthCheck,
     plugin_options,
 )
-from podres_exporter.errors import RegistrationError
-from podres_exporter.fileid import FileIdentity, file_identity
-from podres_exporter.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 
 __all__ = [
     "API_VERSION",

@@ -30,15 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from podres_exporter import __version__, process
-from podres_exporter.deviceplugin.config import (
-    HEALTH_INTERVAL,
-    XID_UNHEALTHY_FOR,
-    PluginConfig,
-    load_config,
-)
-from podres_exporter.errors import ConfigError, PodresError
-from podres_exporter.options import (
+from podres_exporter import __version__
+from podres_exporter.core.errors import ConfigError, PodresError
+from podres_exporter.daemon import process
+from podres_exporter.daemon.options import (
     Option,
     parse_listen_address,
     parse_log_format,
@@ -47,14 +42,20 @@ from podres_exporter.options import (
     resolve,
     web_config_option,
 )
+from podres_exporter.deviceplugin.config import (
+    HEALTH_INTERVAL,
+    XID_UNHEALTHY_FOR,
+    PluginConfig,
+    load_config,
+)
 
 if TYPE_CHECKING:
+    from podres_exporter.daemon.web import WebServer
+    from podres_exporter.daemon.webconfig import WebConfigWatcher
     from podres_exporter.deviceplugin.lifecycle import PluginManager, Timing
     from podres_exporter.deviceplugin.metrics import PluginMetrics
     from podres_exporter.deviceplugin.monitor import Monitor
     from podres_exporter.sources.gpu import GpuBackend
-    from podres_exporter.web import WebServer
-    from podres_exporter.webconfig import WebConfigWatcher
 
 __all__ = [
     "DEFAULT_DEVICE_PLUGIN_DIR",

@@ -15,7 +15,7 @@ Metrics (a private registry; all alpha):
 * ``podres_plugin_list_and_watch_streams{resource}``: open ListAndWatch streams;
 * ``podres_plugin_build_info{version}``: 1.
 
-HTTP (``--listen-address``, :mod:`podres_exporter.web`): ``/metrics``, ``/healthz``
+HTTP (``--listen-address``, :mod:`podres_exporter.daemon.web`): ``/metrics``, ``/healthz``
 (200 while the health loop runs), ``/readyz`` (200 once every resource is registered
 with the kubelet) and an index page ``/``; any other path is 404.
 """
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from podres_exporter.web import Check, Index, Site, registry_metrics
+from podres_exporter.daemon.web import Check, Index, Site, registry_metrics
 
 __all__ = ["PluginMetrics", "plugin_site"]
 

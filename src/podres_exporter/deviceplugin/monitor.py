@@ -28,11 +28,12 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.telemetry import GpuInventory, SysfsDevices
 from podres_exporter.deviceplugin import inventory as inv
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import DiscoverKind, PluginConfig, ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.errors import SourceError
 from podres_exporter.sources.devices import (
     iommu_group,
     net_interface_names,
@@ -40,7 +41,6 @@ from podres_exporter.sources.devices import (
     read_devices,
 )
 from podres_exporter.sources.gpu import GpuBackend, GpuTopology
-from podres_exporter.telemetry import GpuInventory, SysfsDevices
 
 __all__ = ["Discoverer", "Monitor", "TopologySource"]
 

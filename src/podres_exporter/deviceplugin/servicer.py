@@ -30,6 +30,7 @@ import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from podres_exporter.core.errors import AllocationError
 from podres_exporter.deviceplugin.allocate import (
     ContainerAllocation,
     allocate,
@@ -41,7 +42,6 @@ from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.inventory import ResourceInventory
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.errors import AllocationError
 
 __all__ = [
     "MAX_STREAMS",

@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 from types import MappingProxyType
 
-from podres_exporter.cpulist import parse_cpulist
-from podres_exporter.errors import SourceError
-from podres_exporter.model import NodeTopology
+from podres_exporter.core.cpulist import parse_cpulist
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.model import NodeTopology
 
 _NODE_DIR = re.compile(r"^node(\d+)$")
 

@@ -45,9 +45,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
-from podres_exporter.errors import SourceError
-from podres_exporter.ids import normalize_pci
-from podres_exporter.telemetry import (
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.ids import normalize_pci
+from podres_exporter.core.telemetry import (
     DrmCardReading,
     IbPortReading,
     NetReading,

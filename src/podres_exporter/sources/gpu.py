@@ -2,7 +2,7 @@
 
 :class:`NvmlBackend` is given the NVML module object: production passes the real
 ``pynvml`` (see :func:`open_nvml_backend`), tests pass a
-:class:`~podres_exporter.sim.fakenvml.FakeNvml`. Only the public pynvml API is
+:class:`~podres_sim.fakenvml.FakeNvml`. Only the public pynvml API is
 used: module functions, ``NVML_*`` constants, ``NVMLError`` and its ``.value`` code.
 
 What one :meth:`NvmlBackend.read` returns, and the rules it follows:
@@ -79,9 +79,9 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from podres_exporter.errors import SourceError
-from podres_exporter.ids import normalize_pci
-from podres_exporter.telemetry import CLOCK_EVENT_REASONS, GpuInventory, GpuProcess, GpuReading
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.ids import normalize_pci
+from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS, GpuInventory, GpuProcess, GpuReading
 
 __all__ = [
     "DEFAULT_CLOSE_WAIT_S",

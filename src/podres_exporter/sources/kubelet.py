@@ -11,10 +11,10 @@ Degrades instead of dying:
 - GetAllocatableResources UNIMPLEMENTED or disabled by its feature gate: go on
   without it; :attr:`KubeletClient.allocatable_support` says why, logged once.
 - The socket is re-created (a kubelet restart; a new file, as
-  :mod:`~podres_exporter.fileid` tells): the channel is rebuilt and the optional RPCs
+  :mod:`~podres_exporter.daemon.fileid` tells): the channel is rebuilt and the optional RPCs
   are probed again (the new kubelet may be another version).
 
-Every gRPC error becomes one of :mod:`podres_exporter.errors`; backoff between
+Every gRPC error becomes one of :mod:`podres_exporter.core.errors`; backoff between
 attempts is the caller's (the poller's) business.
 """
 
@@ -35,7 +35,7 @@ from podres_exporter._generated.podresources.v1 import api_pb2 as v1
 from podres_exporter._generated.podresources.v1 import api_pb2_grpc as v1_grpc
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as v1alpha1
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
-from podres_exporter.errors import (
+from podres_exporter.core.errors import (
     KubeletError,
     KubeletNotServed,
     KubeletRateLimited,
@@ -43,8 +43,7 @@ from podres_exporter.errors import (
     KubeletTimeout,
     KubeletUnavailable,
 )
-from podres_exporter.fileid import FileIdentity, file_identity
-from podres_exporter.model import (
+from podres_exporter.core.model import (
     Allocatable,
     ApiVersion,
     ClaimDevice,
@@ -59,6 +58,7 @@ from podres_exporter.model import (
     Support,
     device_key_order,
 )
+from podres_exporter.daemon.fileid import FileIdentity, file_identity
 
 log = structlog.get_logger(__name__)
 
@@ -450,7 +450,7 @@ class KubeletClient:
     def read(self) -> KubeletReading:
         """One complete reading: List, then GetAllocatableResources where served.
 
-        Raises a :class:`~podres_exporter.errors.KubeletError` subclass on failure.
+        Raises a :class:`~podres_exporter.core.errors.KubeletError` subclass on failure.
         """
         self._connect()
         pods = self._list()

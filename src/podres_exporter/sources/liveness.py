@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import MappingProxyType
 
-from podres_exporter.model import PodLiveness
+from podres_exporter.core.model import PodLiveness
 
 # The v1 controllers a kubepods hierarchy may be found under; "" is the v2 unified root.
 _CONTROLLERS = ("", "cpu", "cpu,cpuacct", "cpuacct,cpu", "memory", "systemd")

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from podres_exporter.attribution import build_index, parse_cgroup
-from podres_exporter.errors import SourceError
-from podres_exporter.telemetry import CgroupRef, ContainerIndex, CpuTimes
+from podres_exporter.core.attribution import build_index, parse_cgroup
+from podres_exporter.core.errors import SourceError
+from podres_exporter.core.telemetry import CgroupRef, ContainerIndex, CpuTimes
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

@@ -1,7 +1,7 @@
 """The three sources of ``podres top``; each read ends as a :class:`~.rows.Reading`.
 
 - :class:`LocalSource` (the default): the local kubelet socket and the local telemetry,
-  read through the exporter's own :class:`~podres_exporter.reader.NodeReader` and
+  read through the exporter's own :class:`~podres_exporter.exporter.reader.NodeReader` and
   rendered in-process by the exporter's collectors. No exporter needed.
 - :class:`ExporterSource` (``--exporter URL``): one GET of the exporter's ``/metrics``,
   parsed by :func:`parse_exposition` (only the metrics top reads).
@@ -14,7 +14,7 @@ a flag names cannot be reached or used (a missing socket, permission denied, not
 listening, an unreachable URL) and the message names the flag; 1 when the source
 answered but the answer is unusable (an HTTP error, a query error, no podres metrics).
 Their messages carry what a source said (an HTTP error body, a query's error, the
-kubelet's error text) made :func:`~podres_exporter.printable.printable`: they are
+kubelet's error text) made :func:`~podres_exporter.core.printable.printable`: they are
 printed to a terminal.
 """
 
@@ -33,12 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from podres_exporter.errors import (
+from podres_exporter.core.errors import (
     ConfigError,
     FetchError,
     KubeletUnavailable,
 )
-from podres_exporter.printable import printable
+from podres_exporter.core.printable import printable
 from podres_exporter.top.rows import (
     BUSY_COUNTER,
     BUSY_RATIO,
@@ -53,9 +53,9 @@ from podres_exporter.top.rows import (
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from podres_exporter.settings import Settings
+    from podres_exporter.core.view import NodeView
+    from podres_exporter.exporter.settings import Settings
     from podres_exporter.sources.gpu import GpuBackend
-    from podres_exporter.view import NodeView
 
 HTTP_TIMEOUT_S = 5.0
 # Collectors whose metrics top does not show: the local source leaves them off.
@@ -265,7 +265,7 @@ class LocalSource:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         # Deferred: the exporter's machinery (gRPC, the collectors) is for this source only.
-        from podres_exporter.reader import NodeReader, enabled_collectors
+        from podres_exporter.exporter.reader import NodeReader, enabled_collectors
 
         self.settings = settings
         self.description = f"kubelet {settings.kubelet_socket}"
@@ -317,7 +317,7 @@ class LocalSource:
         (the kubelet read happens in between): one reading, not two, for ``--once``.
         Without procfs the reading has no busy shares.
         """
-        from podres_exporter.errors import SourceError
+        from podres_exporter.core.errors import SourceError
         from podres_exporter.sources.procfs import read_cpu_times
 
         procfs = self.settings.path_procfs

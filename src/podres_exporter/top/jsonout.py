@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podres_exporter.model import Holder
+from podres_exporter.core.model import Holder
 from podres_exporter.top.rows import ContainerRow, DeviceRow, NodeHeader, TopData
 from podres_exporter.top.selection import Options, select
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from types import FrameType
 from typing import TextIO
 
-from podres_exporter.errors import FetchError
+from podres_exporter.core.errors import FetchError
 from podres_exporter.top.fetch import Source
 from podres_exporter.top.render import Screen, render
 from podres_exporter.top.rows import Reading, TopData, advance_baseline, build

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podres_exporter.errors import ConfigError, FetchError
-from podres_exporter.options import duration
+from podres_exporter.core.errors import ConfigError, FetchError
+from podres_exporter.daemon.options import duration
 from podres_exporter.top.fetch import (
     BUSY_ONLY,
     ExporterSource,
@@ -221,8 +221,9 @@ def open_source(
     if cfg.prometheus:
         return PrometheusSource(cfg.prometheus, node=cfg.node)
     # Deferred, as the local source's own machinery is: another source never needs them.
-    from podres_exporter import collectors, logconf
-    from podres_exporter.settings import build as build_settings
+    from podres_exporter import collectors
+    from podres_exporter.daemon import logconf
+    from podres_exporter.exporter.settings import build as build_settings
 
     flags = {flag: getattr(ns, attr) for attr, flag in _LOCAL_FLAGS.items() if getattr(ns, attr)}
     settings = build_settings(flags, env, collector_names=tuple(collectors.BY_NAME))

@@ -24,9 +24,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from podres_exporter.kube import BINARY_SUFFIXES
-from podres_exporter.model import Holder
-from podres_exporter.printable import printable
+from podres_exporter.core.kube import BINARY_SUFFIXES
+from podres_exporter.core.model import Holder
+from podres_exporter.core.printable import printable
 from podres_exporter.top.rows import ContainerRow, DeviceRow, NodeHeader, TopData
 from podres_exporter.top.selection import Options, select, sort_direction
 

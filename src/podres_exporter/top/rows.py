@@ -38,8 +38,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Protocol
 
-from podres_exporter.cpulist import format_cpulist
-from podres_exporter.model import Holder
+from podres_exporter.core.cpulist import format_cpulist
+from podres_exporter.core.model import Holder
 
 # A per-CPU busy share (0-1) the source computed itself (Prometheus: rate() of
 # podres_cpu_busy_seconds_total), with that metric's labels.

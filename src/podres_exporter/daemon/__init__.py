@@ -1,0 +1,1 @@
+"""The shell every daemon shares: the web server, process life, flags, logging, retries."""

@@ -1,0 +1,1 @@
+"""The exporter's pipeline: read the node, poll on a cadence, expose what was read."""

@@ -1,0 +1,232 @@
+"""One typed settings object, built once at the composition root.
+
+Precedence: command-line flags > environment (``PODRES_*``) > config file
+(TOML, ``--config`` or ``PODRES_CONFIG``) > defaults. Every field names its flag;
+the environment variable is the flag upper-cased with ``.`` and ``-`` as ``_``
+(``--path.sysfs`` -> ``PODRES_PATH_SYSFS``), and the config-file key is the flag
+without its dashes (``poll-interval = "10s"``, or ``[path]`` ``sysfs = "/host/sys"``).
+
+Parsers take a ``Mapping`` for the environment and never read ``os.environ``.
+A bad value raises :class:`~podres_exporter.core.errors.ConfigError` naming the flag
+and where the value came from; the CLI turns that into exit status 2. Every duration
+and size has an upper bound that no node needs to exceed (its help says which and
+why), so no value reaches a wait or a gRPC deadline that it would overflow; every duration
+a lower one too, below which the exporter would only load the kubelet or fail its calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from podres_exporter.core.errors import ConfigError
+from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
+from podres_exporter.daemon.options import (
+    Option,
+    check_at_most,
+    count,
+    duration,
+    parse_bool,
+    parse_listen_address,
+    parse_log_format,
+    parse_log_level,
+    parse_path,
+    parse_patterns,
+    read_config_file,
+    resolve_all,
+    shown,
+    size,
+    web_config_option,
+)
+
+DEFAULT_LISTEN = ":9842"
+
+MIN_POLL_S = 0.05
+"""--poll-interval at least 50ms: two kubelet calls a reading, 40 a second at most, under
+the kubelet's pod-resources rate limit (100 calls a second, shared by all its clients)."""
+
+DEFAULT_OPEN_FILES = 4096  # sources.devices.DEFAULT_OPEN_FILES, for the same reason
+MAX_OPEN_FILES = 65536
+"""--sysfs-open-files: a large GPU node has some 2,000 counter files; 64Ki is far beyond any."""
+
+MAX_MESSAGE_BYTES = 2**30
+"""--kubelet-max-message-size at most 1Gi: gRPC refuses 2Gi and more (its limit is 2^31-1
+bytes), and a kubelet's whole answer is a few MiB even with 20,000 pods."""
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--kubelet-socket", "kubelet_socket", parse_path,
+           "/var/lib/kubelet/pod-resources/kubelet.sock",
+           "The kubelet's pod-resources socket. Mount its DIRECTORY into the pod: the kubelet "
+           "re-creates the socket file at every start."),
+    Option("--kubelet-max-message-size", "kubelet_max_message_bytes",
+           size(max_bytes=MAX_MESSAGE_BYTES), 16 * 2**20,
+           "Largest kubelet response accepted, bytes (16Mi, like the kubelet's own clients; "
+           "gRPC's 4 MiB default is too small for busy nodes). At most 1Gi: gRPC cannot take "
+           "2Gi, and a kubelet's answer is a few MiB even with 20,000 pods."),
+    Option("--kubelet-timeout", "kubelet_timeout_s", duration(min_s=0.1, max_s=60.0), 10.0,
+           "Deadline of each kubelet call. At least 100ms: less fails calls a busy kubelet "
+           "answers. At most 1m: the kubelet answers in milliseconds, and a call still open "
+           "after a minute has failed."),
+    Option("--listen-address", "listen_address", parse_listen_address, DEFAULT_LISTEN,
+           "HOST:PORT for /metrics, /healthz and /readyz (:PORT listens on every interface)."),
+    Option("--poll-interval", "poll_interval_s", duration(min_s=MIN_POLL_S, max_s=3600.0), 10.0,
+           "Time between two readings of the kubelet. Scrapes never call the kubelet. At least "
+           "50ms: each reading is two calls against the kubelet's rate limit (100 per second, "
+           "shared by every client). At most 1h: older data is no view of the node."),
+    Option("--kubelet-backoff-initial", "backoff_initial_s",
+           duration(min_s=0.01, max_s=300.0), 1.0,
+           "First wait after a failed kubelet call; doubles per failure, with jitter. At least "
+           "10ms, at most --kubelet-backoff-max, and 5m."),
+    Option("--kubelet-backoff-max", "backoff_max_s", duration(min_s=0.1, max_s=600.0), 30.0,
+           "Longest wait between retries of an unreachable or rate-limiting kubelet. At least "
+           "100ms: retrying faster only adds to the load of a kubelet in trouble. At most 10m: "
+           "a kubelet back from a restart is read again within minutes."),
+    Option("--kubelet-empty-confirm", "empty_confirm_s", duration(min_s=0.1, max_s=300.0), 3.0,
+           "How long a reading that lost every pod or every allocatable CPU at once must persist "
+           "before it is believed (a restarting kubelet answers so for ~100 ms, the least "
+           "accepted). At most 5m: a node emptied for real is shown within minutes."),
+    Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
+           "Root of sysfs (the host's /sys mounted into the pod, e.g. /host/sys)."),
+    Option("--path.procfs", "path_procfs", parse_path, "/proc",
+           "Root of procfs (the host's /proc mounted into the pod, e.g. /host/proc): per-CPU "
+           "time and the cgroups of GPU processes."),
+    Option("--path.pod-logs", "path_pod_logs", parse_path, "/var/log/pods",
+           "The kubelet's pod log directory; its names map pod UIDs to pods."),
+    Option("--path.container-logs", "path_container_logs", parse_path, "/var/log/containers",
+           "The kubelet's container log links; their names map container IDs to containers "
+           "(GPU processes to their holders)."),
+    Option("--source-timeout", "source_timeout_s", duration(min_s=0.1, max_s=60.0), 5.0,
+           "Longest wait for one telemetry source (NVML, sysfs, /proc) per poll; a slower one "
+           "keeps its last data, marked stale, and never delays the others. At least 100ms: "
+           "less marks healthy sources stale. At most 1m: a source slower than that is hung."),
+    Option("--source-interval.gpu", "source_interval_gpu_s",
+           duration(max_s=3600.0, zero=True), 0.0,
+           "Least time between two readings of NVML; a poll sooner serves the last one. 0 (the "
+           "default): every poll. At most 1h."),
+    Option("--source-interval.gpu-slow", "source_interval_gpu_slow_s",
+           duration(min_s=1.0, max_s=3600.0), 30.0,
+           "Least time between two readings of the NVML fields that are slow in the driver or "
+           "rarely change: PCIe throughput (a 20 ms sample per direction), ECC and remapped-row "
+           "counts, the power limit. At least 1s, at most 1h."),
+    Option("--source-interval.sysfs", "source_interval_sysfs_s",
+           duration(max_s=3600.0, zero=True), 0.0,
+           "Least time between two readings of the sysfs device counters (PCI, network, "
+           "InfiniBand, DRM); a poll sooner serves the last one. 0 (the default): every poll. "
+           "At most 1h."),
+    Option("--source-interval.cpu", "source_interval_cpu_s",
+           duration(max_s=3600.0, zero=True), 0.0,
+           "Least time between two readings of the per-CPU times in /proc/stat. 0 (the "
+           "default): every poll. At most 1h."),
+    Option("--sysfs-open-files", "sysfs_open_files", count(max_count=MAX_OPEN_FILES),
+           DEFAULT_OPEN_FILES,
+           "Most device counter files kept open between polls and read again with one pread "
+           "(11 per network interface; opening one costs three system calls and a path "
+           "lookup). Each costs about 4 KiB of kernel memory on sysfs, charged to the pod. At "
+           "most a quarter of the open-file limit is used. 0: every file is opened and closed "
+           "at every poll. At most 65536."),
+    Option("--gpu-resources", "gpu_resources", parse_patterns,
+           ",".join(DEFAULT_GPU_RESOURCES),
+           "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
+           "(nvidia<N>, card<N>-<M> ...); other resources are matched by id shape alone."),
+    web_config_option(),
+    Option("--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."),
+    Option("--log-format", "log_format", parse_log_format, "auto",
+           "auto (JSON unless stderr is a terminal), json or console."),
+)  # fmt: skip
+BY_FLAG = {o.flag: o for o in OPTIONS}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting of the exporter, parsed and validated. See :data:`OPTIONS`."""
+
+    kubelet_socket: str
+    kubelet_max_message_bytes: int
+    kubelet_timeout_s: float
+    listen_address: tuple[str, int]
+    poll_interval_s: float
+    backoff_initial_s: float
+    backoff_max_s: float
+    empty_confirm_s: float
+    path_sysfs: str
+    path_procfs: str
+    path_pod_logs: str
+    path_container_logs: str
+    source_timeout_s: float
+    source_interval_gpu_s: float
+    source_interval_gpu_slow_s: float
+    source_interval_sysfs_s: float
+    source_interval_cpu_s: float
+    sysfs_open_files: int
+    gpu_resources: tuple[str, ...]
+    log_level: str
+    log_format: str
+    web_config_file: str | None = None
+    # --collector.NAME switches given (name -> on/off); the others keep their default.
+    collector_overrides: Mapping[str, bool] = field(default_factory=dict)
+
+
+def build(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    config_path: str | None = None,
+    collector_names: tuple[str, ...] = (),
+    collector_flags: Mapping[str, bool] | None = None,
+) -> Settings:
+    """Build Settings from parsed flags (flag -> raw value, only the ones given), env and file.
+
+    ``collector_names`` are the known collectors, for ``collector.NAME`` keys and
+    ``PODRES_COLLECTOR_NAME`` variables; ``collector_flags`` the ones set on the command line.
+    """
+    path = config_path or env.get("PODRES_CONFIG")
+    file_values = read_config_file(path) if path else {}
+    known = {o.key for o in OPTIONS} | {f"collector.{n}" for n in collector_names}
+    for key, value in file_values.items():
+        if key not in known and not (value == {} and _is_table(key, known)):
+            raise ConfigError(_unknown_key(key, known, path))
+    values, origins = resolve_all(OPTIONS, flags, env, file_values, path)
+    check_at_most(
+        BY_FLAG["--kubelet-backoff-initial"],
+        BY_FLAG["--kubelet-backoff-max"],
+        values,
+        origins,
+        "the first wait after a failure cannot be longer than the longest",
+    )
+    collectors: dict[str, bool] = {}
+    for name in collector_names:
+        env_key = "PODRES_COLLECTOR_" + name.upper()
+        file_key = f"collector.{name}"
+        origin = f"flag --collector.{name}"
+        try:
+            if collector_flags and name in collector_flags:
+                collectors[name] = collector_flags[name]
+            elif env_key in env:
+                origin = f"environment variable {env_key}"
+                collectors[name] = parse_bool(env[env_key])
+            elif file_key in file_values:
+                origin = f"key {file_key!r} of config file {path}"
+                collectors[name] = parse_bool(file_values[file_key])
+        except ValueError as err:
+            raise ConfigError(
+                f"invalid value for --collector.{name} (from {origin}): {err}"
+            ) from err
+    return Settings(**values, collector_overrides=collectors)
+
+
+def _is_table(key: str, known: set[str]) -> bool:
+    """Whether ``key`` is a table of known keys (``path``, ``collector``)."""
+    return any(k.startswith(key + ".") for k in known)
+
+
+def _unknown_key(key: str, known: set[str], path: str | None) -> str:
+    """Why a flattened config-file key is not one of ``known``: a table where a value
+    belongs, a value where a table belongs, or a key nobody knows."""
+    where = f"config file {path}"
+    for k in known:
+        if key.startswith(k + "."):
+            return f"{where}: key {k!r}: expected a value, got a table"
+    if _is_table(key, known):
+        return f"{where}: key {shown(key)}: expected a table ([{key}])"
+    return f"{where}: unknown key {shown(key)} (known: {', '.join(sorted(known))})"
