@@ -24,7 +24,7 @@ RUN test -n "${VERSION}" \
  || { echo "error: build with --build-arg VERSION=<version in pyproject.toml> (make image does)" >&2; exit 1; }
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY src ./src
 
 # Runtime dependencies only, at the floors pyproject.toml sets. The bytecode is compiled once

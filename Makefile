@@ -28,7 +28,7 @@ demo: $(STAMP)
 
 ## test: the whole test suite (needs promtool, prometheus and tmux: installed when missing)
 test: $(STAMP) $(CHECKOV_STAMP) system-deps
-	$(BIN)/pytest
+	$(BIN)/pytest --cov --cov-report=term
 
 ## test-fast: the unit tier (no external program, cluster or full-scale node) on every core:
 ## under a minute on two
@@ -81,4 +81,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache .coverage .coverage.*

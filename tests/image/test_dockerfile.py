@@ -308,15 +308,21 @@ def _dockerignore_sends(path: str) -> bool:
 
 
 def test_dockerignore_sends_only_what_the_build_reads() -> None:
-    """The build context has pyproject.toml, README.md and src/, and not .git, .venv, tests."""
+    """The build context has pyproject.toml, README.md, LICENSE and src/, and not .git, .venv,
+    tests."""
     sources = [
         arg
         for ins in _stages()[0]
         if ins.keyword == "COPY" and "--from" not in ins.args
         for arg in ins.args.split()[:-1]
     ]
-    assert sorted(sources) == ["README.md", "pyproject.toml", "src"]
-    for path in (*sources, "src/podres_exporter/__init__.py", "src/podres_exporter/py.typed"):
+    assert sorted(sources) == ["LICENSE", "README.md", "pyproject.toml", "src"]
+    for path in (
+        *sources,
+        "src/podres_exporter/__init__.py",
+        "src/podres_exporter/py.typed",
+        "src/podres_sim/scenarios/demo.toml",
+    ):
         assert _dockerignore_sends(path), path
     for path in (
         ".git",
