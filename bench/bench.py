@@ -52,9 +52,9 @@ from podres_exporter import collectors
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_exporter.cli.export import Exporter
 from podres_exporter.daemon import process
-from podres_exporter.exporter.exposition import WriteCache, render_families
 from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.exporter.settings import Settings, build
+from podres_exporter.exporter.textformat import WriteCache, render_families
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim import SimKubelet
 from podres_sim.hostfs import SimHost

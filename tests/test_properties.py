@@ -38,8 +38,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from podres_exporter import collectors
 from podres_exporter._generated.podresources.v1 import api_pb2 as v1
 from podres_exporter.core.model import NodeTopology
-from podres_exporter.exporter.exposition import render_families
 from podres_exporter.exporter.reader import NodeReader
+from podres_exporter.exporter.textformat import render_families
 from podres_exporter.sources.kubelet import KubeletClient
 
 LIST = "/v1.PodResourcesLister/List"

@@ -25,8 +25,8 @@ from podres_exporter.core.model import (
 )
 from podres_exporter.core.telemetry import CpuTimes, SysfsDevices
 from podres_exporter.core.view import NodeView
-from podres_exporter.exporter.exposition import WriteCache, write
 from podres_exporter.exporter.reader import NodeReader, SourceRunner
+from podres_exporter.exporter.textformat import WriteCache, write
 from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.devices import read_devices
 from podres_sim import SimKubelet

@@ -18,10 +18,9 @@ from podres_exporter.top.fetch import (
     POLL_CHECK_S,
     WANTED,
     ExporterSource,
-    _labels,
-    _split_labels,
     parse_exposition,
 )
+from podres_exporter.top.fetch.parse import _labels, _split_labels
 from podres_exporter.top.main import read_once
 from podres_exporter.top.rows import Reading, add_busy, build
 from podres_sim import SimKubelet

@@ -47,7 +47,7 @@ class RowFamily(Metric):
     """A gauge, counter or info family kept as rows: (label values, value) in order.
 
     The exposition writer writes the rows straight to text (see
-    ``exposition.write``); the prometheus_client ``samples`` are built only when
+    ``textformat.write``); the prometheus_client ``samples`` are built only when
     something reads them (a test, ``podres top``'s parser, the registry's own
     generators), so a family that is only served never builds a ``Sample``.
     """

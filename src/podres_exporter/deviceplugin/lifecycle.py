@@ -2,19 +2,13 @@
 
 For each resource, on its own thread (:class:`ResourcePlugin`):
 
-1. serve ``DevicePlugin`` on a socket of its own in the device-plugins directory,
-   named ``podres-<resource>-<random>.sock`` so two instances (a rolling update)
-   never share one, mode 0600 whatever the umask (a socket that cannot be made so is
-   not served); the gRPC pool has room for the ListAndWatch streams a servicer keeps
-   (:data:`~podres_exporter.deviceplugin.servicer.MAX_STREAMS`: a new one ends the
-   older) plus :data:`UNARY_WORKERS` for Allocate and the other calls, so open streams
-   never stall pod admission;
+1. serve ``DevicePlugin`` on a socket of its own in the device-plugins directory
+   (:mod:`~podres_exporter.deviceplugin.serving`);
 2. dial that socket and call ``GetDevicePluginOptions``: it answers before the
    kubelet is told about it;
-3. ``Register`` with ``<dir>/kubelet.sock`` (version ``v1beta1``, the socket's file
-   name, the resource name, the same options GetDevicePluginOptions returns). The
-   kubelet dials back during the call; the server answers on its own threads.
-   Refused, or no kubelet: retried with exponential backoff (with jitter), forever.
+3. ``Register`` with ``<dir>/kubelet.sock``
+   (:mod:`~podres_exporter.deviceplugin.registration`). Refused, or no kubelet:
+   retried with exponential backoff (with jitter), forever.
 4. watch: every ``tick_s`` (100 ms), and at once when :class:`KubeletWatch` sees
    ``kubelet.sock`` change, the plugin's loop reads the socket's identity (device
    and inode); when the kubelet re-created it (a restart), or when our own socket
@@ -32,165 +26,36 @@ without.
 
 :meth:`PluginManager.stop` ends the streams, stops the servers with a short grace
 and removes the sockets; :meth:`PluginManager.alive` says whether every thread still
-runs. gRPC errors become :class:`RegistrationError` here.
+runs. This module is the loop; it speaks no gRPC itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import secrets
-import stat
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-import grpc
 import structlog
 
-from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
-from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from podres_exporter.core.errors import RegistrationError
 from podres_exporter.daemon.backoff import NO_JITTER, Backoff, Jitter
 from podres_exporter.daemon.fileid import FileIdentity, file_identity
-from podres_exporter.daemon.unixsock import MAX_SOCKET_PATH, socket_path_too_long
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig
+from podres_exporter.deviceplugin.kubeletwatch import KubeletWatch
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.deviceplugin.servicer import (
-    MAX_STREAMS,
-    DevicePluginServicer,
-    HealthCheck,
-    plugin_options,
-)
-
-__all__ = [
-    "API_VERSION",
-    "KUBELET_SOCKET",
-    "KubeletWatch",
-    "PluginManager",
-    "RegistrationError",
-    "ResourcePlugin",
-]
+from podres_exporter.deviceplugin.registration import KUBELET_SOCKET, register
+from podres_exporter.deviceplugin.servicer import DevicePluginServicer, HealthCheck
+from podres_exporter.deviceplugin.serving import UNARY_WORKERS, Served, SocketServing
 
 log = structlog.get_logger(__name__)
 
-API_VERSION: Final = "v1beta1"
-KUBELET_SOCKET: Final = "kubelet.sock"
 # A Register retry waits 0.8 to 1.2 times its backoff ceiling.
-_REGISTER_JITTER: Final[Jitter] = (0.8, 1.2)
-UNARY_WORKERS: Final = 12
-"""Server threads of a plugin socket beyond those its ListAndWatch streams can hold
-(:data:`~podres_exporter.deviceplugin.servicer.MAX_STREAMS`): Allocate,
-GetPreferredAllocation, PreStartContainer and GetDevicePluginOptions always have these."""
-MAX_CONCURRENT_RPCS: Final = 128
-"""Calls a plugin socket takes at once, running or queued; beyond, ``RESOURCE_EXHAUSTED``:
-a flood of calls queues no further."""
-
-
-def _is_socket(path: str) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-# -------------------------------------------------------------------- kubelet watch
-
-
-class KubeletWatch:
-    """A wake-up for the plugins' loops and the kubelet restart counter.
-
-    Polls ``kubelet.sock``'s identity every ``poll_s``. Any change (gone, back, new)
-    moves :attr:`generation` on and wakes :meth:`wait`; a socket re-created in
-    place of another one counts as a kubelet restart
-    (``podres_plugin_kubelet_restarts_total``). It decides nothing: each
-    :class:`ResourcePlugin` reads the socket's identity itself before it serves and
-    registers, since this copy can lag behind.
-    """
-
-    def __init__(self, path: str, metrics: PluginMetrics, *, poll_s: float = 0.1) -> None:
-        self.path = path
-        self._metrics = metrics
-        self._poll_s = poll_s
-        self._cond = threading.Condition()
-        self._identity = file_identity(path)
-        self._last_present = self._identity
-        self._generation = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def generation(self) -> int:
-        with self._cond:
-            return self._generation
-
-    def poll(self) -> None:
-        """Look at the socket once (the thread does this every ``poll_s``)."""
-        now = file_identity(self.path)
-        with self._cond:
-            if now == self._identity:
-                return
-            restarted = now is not None and self._last_present not in (None, now)
-            self._identity = now
-            if now is not None:
-                self._last_present = now
-            self._generation += 1
-            self._cond.notify_all()
-        if restarted:
-            self._metrics.kubelet_restart()
-            log.info("kubelet_restarted", socket=self.path)
-        elif now is None:
-            log.info("kubelet_socket_gone", socket=self.path)
-        else:
-            log.info("kubelet_socket_appeared", socket=self.path)
-
-    def wait(self, generation: int, timeout: float) -> None:
-        """Block until the generation moves past ``generation``, or ``timeout``."""
-        with self._cond:
-            if self._generation == generation and not self._stop.is_set():
-                self._cond.wait(timeout)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="podres-kubelet-watch", daemon=True)
-        self._thread.start()
-
-    def alive(self) -> bool:
-        """Whether the polling thread runs."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._poll_s):
-            self.poll()
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-
-# ------------------------------------------------------------------ one resource
-
-
-@dataclass(slots=True)
-class _Served:
-    """A running gRPC server on one socket file."""
-
-    server: grpc.Server
-    executor: ThreadPoolExecutor
-    servicer: DevicePluginServicer
-    path: str
-    identity: FileIdentity | None
-
-    @property
-    def endpoint(self) -> str:
-        return os.path.basename(self.path)
+REGISTER_JITTER: Final[Jitter] = (0.8, 1.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,22 +95,29 @@ class ResourcePlugin:
         self._board = board
         self._metrics = metrics
         self._watch = watch
-        self._dir = plugin_dir
         self._kubelet_path = os.path.join(os.path.abspath(plugin_dir), KUBELET_SOCKET)
-        self._health_check = health_check  # for PreStartContainer (Monitor.check)
+        self._sockets = SocketServing(
+            resource,
+            board,
+            metrics,
+            plugin_dir=plugin_dir,
+            health_check=health_check,
+            on_stream_lost=self._stream_ended,
+            unary_workers=unary_workers,
+            self_dial_timeout_s=timing.self_dial_timeout_s,
+            grace_s=timing.grace_s,
+        )
         self._timing = timing
         self._register_backoff = Backoff(
-            timing.backoff_initial_s, timing.backoff_max_s, jitter=_REGISTER_JITTER
+            timing.backoff_initial_s, timing.backoff_max_s, jitter=REGISTER_JITTER
         )
         self._backoff = Backoff(timing.backoff_initial_s, timing.backoff_max_s, jitter=NO_JITTER)
         self._rng = random.Random()
-        self._unary_workers = unary_workers
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._served: _Served | None = None
+        self._served: Served | None = None
         self._registered_with: FileIdentity | None = None
         self._thread: threading.Thread | None = None
-        self._dir_missing_logged = False
         self._serve_retry_at = 0.0  # after a failed serve, not before this (monotonic)
         self._serve_failures = 0  # in a row
         self._lost: tuple[DevicePluginServicer, float] | None = None
@@ -285,7 +157,7 @@ class ResourcePlugin:
             served, self._served = self._served, None
             self._registered_with = None
         if served is not None:
-            self._retire(served)
+            self._sockets.retire(served)
         self._metrics.set_registered(self.resource.name, False)
 
     def _run(self) -> None:
@@ -370,7 +242,7 @@ class ResourcePlugin:
             reason = "kubelet_restarted"
         if reason is None or (reason == "start" and time.monotonic() < self._serve_retry_at):
             return False
-        fresh = self._serve()
+        fresh = self._sockets.serve()
         if fresh is None:  # no directory, cannot bind, no answer: try again later
             self._serve_failures += 1
             wait = self._backoff.delay(self._serve_failures, self._rng)
@@ -385,7 +257,7 @@ class ResourcePlugin:
             self._registered_with = None
         self._metrics.set_registered(self.resource.name, False)
         if old is not None:
-            self._retire(old)
+            self._sockets.retire(old)
         if fresh is not None:
             log.info(
                 "plugin_serving",
@@ -394,92 +266,6 @@ class ResourcePlugin:
                 reason=reason,
             )
         return fresh is not None
-
-    # -- serving
-
-    def _serve(self) -> _Served | None:
-        """A new server on a new socket that has answered our own call; None on failure."""
-        if not os.path.isdir(self._dir):
-            if not self._dir_missing_logged:
-                self._dir_missing_logged = True
-                log.warning("device_plugin_dir_missing", directory=self._dir)
-            return None
-        self._dir_missing_logged = False
-        name = f"podres-{self.resource.slug[:40]}-{secrets.token_hex(4)}.sock"
-        path = os.path.join(os.path.abspath(self._dir), name)
-        if socket_path_too_long(path):
-            log.error(
-                "socket_path_too_long",
-                resource=self.resource.name,
-                socket=path,
-                limit=MAX_SOCKET_PATH,
-            )
-            return None
-        executor = ThreadPoolExecutor(
-            max_workers=MAX_STREAMS + self._unary_workers,
-            thread_name_prefix=f"podres-dp-{self.resource.slug}",
-        )
-        server = grpc.server(executor, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
-        servicer = DevicePluginServicer(
-            self.resource,
-            self._board,
-            self._metrics,
-            health_check=self._health_check,
-            on_stream_lost=self._stream_ended,
-        )
-        pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-        try:
-            port = server.add_insecure_port(f"unix://{path}")
-        except RuntimeError as err:
-            port = 0
-            log.error("plugin_bind_failed", socket=path, error=str(err))
-        if port == 0:
-            executor.shutdown(wait=False)
-            return None
-        try:
-            # Whatever the umask, only the owner (root) may call Allocate; no call is taken
-            # before start().
-            os.chmod(path, 0o600)
-        except OSError as err:
-            log.error("plugin_socket_chmod_failed", socket=path, error=str(err))
-            server.stop(None)
-            executor.shutdown(wait=False)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return None
-        server.start()
-        served = _Served(server, executor, servicer, path, file_identity(path))
-        try:
-            self._self_dial(path)
-        except grpc.RpcError as err:
-            log.error(
-                "plugin_self_dial_failed",
-                resource=self.resource.name,
-                socket=path,
-                error=_rpc_text(err),
-            )
-            self._retire(served)
-            return None
-        return served
-
-    def _self_dial(self, path: str) -> None:
-        with grpc.insecure_channel(
-            f"unix://{path}", options=[("grpc.use_local_subchannel_pool", 1)]
-        ) as channel:
-            stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
-            stub.GetDevicePluginOptions(
-                pb.Empty(), timeout=self._timing.self_dial_timeout_s, wait_for_ready=True
-            )
-
-    def _retire(self, served: _Served) -> None:
-        """End the streams, stop the server (short grace), remove the socket file."""
-        served.servicer.close()
-        self._board.poke()
-        served.server.stop(self._timing.grace_s).wait(self._timing.grace_s + 1)
-        served.executor.shutdown(wait=False, cancel_futures=True)
-        if served.identity is not None and file_identity(served.path) == served.identity:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(served.path)
 
     # -- registering
 
@@ -491,7 +277,12 @@ class ResourcePlugin:
         name = self.resource.name
         began = time.monotonic()  # the kubelet may open (and end) the stream before we return
         try:
-            kubelet = self._call_register(served.endpoint)
+            kubelet = register(
+                self._kubelet_path,
+                served.endpoint,
+                self.resource,
+                timeout_s=self._timing.register_timeout_s,
+            )
         except RegistrationError as err:
             self._metrics.registration(name, ok=False)
             log.warning(
@@ -511,37 +302,6 @@ class ResourcePlugin:
         self._metrics.set_registered(name, True)
         log.info("plugin_registered", resource=name, endpoint=served.endpoint)
         return True
-
-    def _call_register(self, endpoint: str) -> FileIdentity:
-        """Register ``endpoint``; the identity of the kubelet socket that answered."""
-        kubelet_path = self._kubelet_path
-        kubelet = file_identity(kubelet_path)
-        if kubelet is None or not _is_socket(kubelet_path):
-            raise RegistrationError(f"no kubelet socket at {kubelet_path}", code="UNAVAILABLE")
-        request = pb.RegisterRequest(
-            version=API_VERSION,
-            endpoint=endpoint,
-            resource_name=self.resource.name,
-            options=plugin_options(self.resource),
-        )
-        with grpc.insecure_channel(
-            f"unix://{kubelet_path}", options=[("grpc.use_local_subchannel_pool", 1)]
-        ) as channel:
-            stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
-            try:
-                stub.Register(request, timeout=self._timing.register_timeout_s)
-            except grpc.RpcError as err:
-                code = err.code().name if isinstance(err, grpc.Call) else "UNKNOWN"
-                raise RegistrationError(
-                    f"Register with {kubelet_path}: {_rpc_text(err)}", code=code
-                ) from err
-        return kubelet
-
-
-def _rpc_text(err: grpc.RpcError) -> str:
-    if isinstance(err, grpc.Call):
-        return f"{err.code().name}: {err.details()}"
-    return str(err)
 
 
 # ------------------------------------------------------------------------ all of it
