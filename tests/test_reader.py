@@ -28,7 +28,7 @@ from podres_exporter.core.view import NodeView
 from podres_exporter.exporter.reader import NodeReader, SourceRunner
 from podres_exporter.exporter.textformat import WriteCache, write
 from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.sources.devices import read_devices
+from podres_exporter.sources.sysfs import read_devices
 from podres_sim import SimKubelet
 from tests.support import exporter_settings
 

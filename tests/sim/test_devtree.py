@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from podres_exporter.sources.devices import read_devices
+from podres_exporter.sources.sysfs import read_devices
 from podres_sim import load_builtin
 from podres_sim.devtree import (
     NetStats,

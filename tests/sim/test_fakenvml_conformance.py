@@ -1,7 +1,7 @@
 """The NVML code is checked against the real pynvml API.
 
-What ``sources/gpu.py`` uses of the injected module is found by reading its
-source (every ``nvml*`` / ``NVML*`` attribute and every such name in a string,
+What ``sources/gpu/`` uses of the injected module is found by reading its
+modules' source (every ``nvml*`` / ``NVML*`` attribute and every such name in a string,
 as given to ``getattr``), so a new call cannot escape the check. Each one must
 exist in the real ``pynvml`` and in FakeNvml, functions with the same parameters,
 constants with the same values; every field the backend reads of an NVML result
@@ -27,7 +27,13 @@ _NAME = re.compile(r"^(nvml[A-Z]\w*|NVML\w*)$")
 
 
 def _names_used_by_backend() -> set[str]:
-    tree = ast.parse(Path(gpu_module.__file__).read_text())
+    names: set[str] = set()
+    for module in sorted(Path(gpu_module.__file__).parent.glob("*.py")):
+        names |= _names_in(ast.parse(module.read_text()))
+    return names - {"NVML_STRUCTS"}
+
+
+def _names_in(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _NAME.match(node.attr):
@@ -38,7 +44,7 @@ def _names_used_by_backend() -> set[str]:
             and _NAME.match(node.value)
         ):
             names.add(node.value)
-    return names - {"NVML_STRUCTS"}
+    return names
 
 
 def _is_error_class(value: object) -> bool:
@@ -73,7 +79,7 @@ def test_the_scan_finds_the_backend_api() -> None:
 
 
 def test_every_name_the_backend_uses_exists_in_the_real_pynvml() -> None:
-    """Every nvml*/NVML* name gpu.py uses is defined by the installed pynvml."""
+    """Every nvml*/NVML* name sources/gpu/ uses is defined by the installed pynvml."""
     missing = [n for n in USED if not hasattr(pynvml, n)]
     assert missing == []
 

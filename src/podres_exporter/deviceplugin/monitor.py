@@ -1,7 +1,7 @@
 """The health loop: read the hardware, rebuild each resource's inventory, publish it.
 
 :class:`Discoverer` reads what the resources' rules need through the hardware
-sources: the GPU backend (NVML), and :mod:`~podres_exporter.sources.devices` under
+sources: the GPU backend (NVML), and :mod:`~podres_exporter.sources.sysfs` under
 ``--path.sysfs`` (the PCI functions and interfaces, their IOMMU groups); and globs
 under ``--path.dev``. To stay cheap at a 500 ms interval it lists every PCI
 function only on every ``full_scan_every``-th look (and the first); in between it
@@ -34,13 +34,13 @@ from podres_exporter.deviceplugin import inventory as inv
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import DiscoverKind, PluginConfig, ResourceConfig
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.sources.devices import (
+from podres_exporter.sources.gpu import GpuBackend, GpuTopology
+from podres_exporter.sources.sysfs import (
     iommu_group,
     net_interface_names,
     pci_function_addresses,
     read_devices,
 )
-from podres_exporter.sources.gpu import GpuBackend, GpuTopology
 
 __all__ = ["Discoverer", "Monitor", "TopologySource"]
 

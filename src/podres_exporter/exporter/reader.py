@@ -47,11 +47,11 @@ from podres_exporter.core.telemetry import SourceStatus, Telemetry
 from podres_exporter.core.view import NodeView, Snapshot
 from podres_exporter.exporter.settings import Settings
 from podres_exporter.sources.cputopology import TopologyCache, read_topology
-from podres_exporter.sources.devices import StaticCache, read_devices
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
 from podres_exporter.sources.procfs import ContainerIndexCache, read_cpu_times, read_pid_cgroups
+from podres_exporter.sources.sysfs import StaticCache, read_devices
 
 log = structlog.get_logger(__name__)
 

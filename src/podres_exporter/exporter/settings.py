@@ -46,7 +46,7 @@ MIN_POLL_S = 0.05
 """--poll-interval at least 50ms: two kubelet calls a reading, 40 a second at most, under
 the kubelet's pod-resources rate limit (100 calls a second, shared by all its clients)."""
 
-DEFAULT_OPEN_FILES = 4096  # sources.devices.DEFAULT_OPEN_FILES, for the same reason
+DEFAULT_OPEN_FILES = 4096  # sources.sysfs.DEFAULT_OPEN_FILES, for the same reason
 MAX_OPEN_FILES = 65536
 """--sysfs-open-files: a large GPU node has some 2,000 counter files; 64Ki is far beyond any."""
 

@@ -5,12 +5,16 @@ A poller passes a :class:`TopologyCache`: the per-node CPU lists change only whe
 goes on or offline (which changes ``online``) or a node appears or goes, so while
 ``online`` and the node directory's names are what they were, the last topology is
 served again and the nodes' files are not read.
+
+Every file is read through a ``read_text`` function (``Path.read_text`` unless a
+caller, a test counting the reads, passes another).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 
@@ -21,9 +25,9 @@ from podres_exporter.core.model import NodeTopology
 _NODE_DIR = re.compile(r"^node(\d+)$")
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, read_text: Callable[[Path], str]) -> str:
     try:
-        return path.read_text()
+        return read_text(path)
     except OSError as err:
         raise SourceError(f"cannot read {path}: {err.strerror or err}") from err
 
@@ -48,11 +52,18 @@ class TopologyCache:
         self.topology: NodeTopology | None = None
 
 
-def read_topology(sysfs: str | Path, cache: TopologyCache | None = None) -> NodeTopology:
+def read_topology(
+    sysfs: str | Path,
+    cache: TopologyCache | None = None,
+    *,
+    read_text: Callable[[Path], str] = Path.read_text,
+) -> NodeTopology:
     """Online CPUs and their NUMA nodes under ``sysfs``.
 
     ``cache``: the topology of the last read with this cache, served again while the
     online CPUs and the node names are unchanged; None reads every file.
+
+    ``read_text``: reads each file's text (raising OSError when it cannot).
 
     Without ``devices/system/node`` (a kernel built without NUMA) every CPU is on
     node 0. Raises SourceError when a CPU list cannot be read or parsed, or the node
@@ -61,7 +72,7 @@ def read_topology(sysfs: str | Path, cache: TopologyCache | None = None) -> Node
     """
     root = Path(sysfs)
     online_path = root / "devices/system/cpu/online"
-    online_text = _read(online_path)
+    online_text = _read(online_path, read_text)
     node_root = root / "devices/system/node"
     names = tuple(sorted(_node_entries(node_root)))
     key = (online_text, names)
@@ -78,7 +89,7 @@ def read_topology(sysfs: str | Path, cache: TopologyCache | None = None) -> Node
             continue
         path = node_root / name / "cpulist"
         try:
-            cpus = parse_cpulist(_read(path))
+            cpus = parse_cpulist(_read(path, read_text))
         except ValueError as err:
             raise SourceError(f"{path}: {err}") from err
         for cpu in cpus:

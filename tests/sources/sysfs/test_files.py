@@ -1,4 +1,4 @@
-"""Counter files kept open between reads (``devices.OpenFiles``) and read again with
+"""Counter files kept open between reads (``sources/sysfs/files.py``) and read again with
 ``pread``: fresh values, no file opened again, and a file or device that goes, is
 replaced or is renamed read anew.
 
@@ -23,29 +23,9 @@ from typing import Any
 import pytest
 
 from podres_exporter.core.telemetry import NetReading
-from podres_exporter.sources import devices
-from podres_exporter.sources.devices import StaticCache, read_devices
-from podres_sim.devtree import bump_counters, write_device_tree
-from tests.sources.test_sysfs_cache import large_specs
-
-
-@pytest.fixture
-def large(tmp_path: Path) -> Path:
-    return write_device_tree(tmp_path / "sys", large_specs())
-
-
-def _opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The files (not directories) the device source opens from now on."""
-    paths: list[str] = []
-    real_open = devices._os_open
-
-    def recording(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
-        if not flags & os.O_DIRECTORY:
-            paths.append(path)
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(devices, "_os_open", recording)
-    return paths
+from podres_exporter.sources.sysfs import StaticCache, read_devices
+from podres_sim.devtree import bump_counters
+from tests.sources.sysfs.support import OpenedFiles
 
 
 def _open_fds() -> int:
@@ -59,9 +39,10 @@ def test_counters_are_read_again_from_the_files_kept_open(
     functions and InfiniBand ports are read without opening a file (one found missing
     is not looked for at every read), and the readings follow the counters as a
     reading without a cache does."""
-    opened = _opened(monkeypatch)
+    opener = OpenedFiles()
+    opened = opener.paths
     cache = StaticCache()
-    first = read_devices(large, cache=cache)
+    first = read_devices(large, cache=cache, opener=opener)
     assert len(cache.files) > 0
     net_and_pci = [p for p in opened if "/class/net/" in p or "/bus/pci/" in p]
     assert len(net_and_pci) >= 11 * len(first.net)
@@ -75,7 +56,7 @@ def test_counters_are_read_again_from_the_files_kept_open(
         return real_readlink(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "readlink", readlink)
-    second = read_devices(large, cache=cache)
+    second = read_devices(large, cache=cache, opener=opener)
     monkeypatch.setattr(os, "readlink", real_readlink)
     # An interface's device link is read once per interface directory.
     assert links and not [p for p in links if "/class/net/" in p]
@@ -103,6 +84,7 @@ def test_a_counter_file_replaced_by_a_rename_is_read_anew(large: Path) -> None:
 
 
 def test_a_removed_interface_closes_its_files(large: Path) -> None:
+    """An interface that goes leaves the reading, and its held files are closed."""
     cache = StaticCache()
     first = read_devices(large, cache=cache)
     held = len(cache.files)
@@ -124,6 +106,7 @@ def test_at_most_the_capacity_is_held(large: Path) -> None:
 
 
 def test_close_closes_every_held_file(large: Path) -> None:
+    """close() (or dropping the cache) closes every held file; later reads hold none."""
     before = _open_fds()
     cache = StaticCache()
     read_devices(large, cache=cache)
