@@ -57,7 +57,7 @@ from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.exporter.settings import Settings, build
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim import SimKubelet
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 
 TARGET_RATIO = 3.0
 # Collectors that need no telemetry source but only report on it.

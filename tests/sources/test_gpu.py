@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from podres_exporter.core.telemetry import GpuInventory, GpuProcess, GpuReading
 from podres_exporter.sources.gpu import NvmlBackend, open_nvml_backend, pci_bus_id_from_nvml
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 
 GPU_A = "GPU-0c5a1f2e-8a7f-4c1e-9b3d-111111111111"
 GPU_B = "GPU-0c5a1f2e-8a7f-4c1e-9b3d-222222222222"

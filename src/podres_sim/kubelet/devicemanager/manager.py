@@ -62,7 +62,7 @@ from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_g
 from podres_exporter.core.errors import UNEXPECTED_ADMISSION_ERROR, AdmissionError, PreStartError
 from podres_exporter.core.kube import extended_resource_problem
 from podres_exporter.daemon.unixsock import MAX_SOCKET_PATH, socket_path_too_long
-from podres_sim.grpcserve import bind, old_inode_held, shut_down, unlink_socket
+from podres_sim.kubelet.grpcserve import bind, old_inode_held, shut_down, unlink_socket
 
 __all__ = [
     "CHECKPOINT",

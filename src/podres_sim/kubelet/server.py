@@ -54,9 +54,9 @@ import structlog
 from podres_exporter._generated.podresources.v1 import api_pb2
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as alpha_pb2
 from podres_exporter.daemon.unixsock import MAX_SOCKET_PATH, socket_path_too_long
-from podres_sim.devicemanager import SimDeviceManager
-from podres_sim.grpcserve import bind, old_inode_held, shut_down, unlink_socket
-from podres_sim.node import (
+from podres_sim.kubelet.devicemanager import SimDeviceManager
+from podres_sim.kubelet.grpcserve import bind, old_inode_held, shut_down, unlink_socket
+from podres_sim.kubelet.node import (
     ChurnEvent,
     ContainerState,
     DeviceGrant,
@@ -71,8 +71,9 @@ from podres_sim.scenario import (
     KubeletBehaviour,
     PodSpec,
     Scenario,
+    load_builtin,
+    read_scenario,
 )
-from podres_sim.scenario_toml import load_builtin
 
 __all__ = [
     "ALL_METHODS",
@@ -335,7 +336,7 @@ class SimKubelet:
         device_plugin_dir: str | Path | None = None,
     ) -> None:
         if isinstance(scenario, Path) or (isinstance(scenario, str) and scenario.endswith(".toml")):
-            scenario = Scenario.load(scenario)
+            scenario = read_scenario(scenario)
         elif isinstance(scenario, str):
             scenario = load_builtin(scenario)
         self._scenario = scenario

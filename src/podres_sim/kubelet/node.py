@@ -56,7 +56,7 @@ from typing import Literal
 import structlog
 
 from podres_exporter.core.errors import AdmissionError, PreStartError
-from podres_sim.devicemanager import SimDeviceManager
+from podres_sim.kubelet.devicemanager import SimDeviceManager
 from podres_sim.scenario import (
     MEMORY_TYPE,
     ClaimDeviceSpec,
