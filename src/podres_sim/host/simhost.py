@@ -40,8 +40,7 @@ from podres_sim.host.devtree import (
     write_device_tree,
 )
 from podres_sim.host.topology import write_sysfs
-from podres_sim.kubelet.node import PodState
-from podres_sim.kubelet.server import SimKubelet
+from podres_sim.kubelet import PodState, SimKubelet
 from podres_sim.nvml import FakeNvml, nvml_for_devices
 from podres_sim.scenario import Scenario
 
