@@ -9,7 +9,7 @@ from podres_exporter.cli.export import Exporter
 from podres_exporter.core.telemetry import GpuInventory
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim import SimKubelet, parse_scenario
-from podres_sim.host.devtree import AmdGpu, IbPort, InfinibandHca, IntelGpu, write_device_tree
+from podres_sim.host import AmdGpu, IbPort, InfinibandHca, IntelGpu, write_device_tree
 from podres_sim.nvml import FakeNvml
 from tests.support import (
     Samples,

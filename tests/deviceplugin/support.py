@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from podres_sim.host.devtree import NicPf, NicVf, write_device_tree
+from podres_sim.host import NicPf, NicVf, write_device_tree
 from podres_sim.kubelet.devicemanager import (
     CHECKPOINT,
     PluginDevice,
@@ -73,7 +73,7 @@ def nic(
     vfs: tuple[str, ...] = VF_ADDRESSES,
 ) -> NicPf:
     """An Intel E810 PF at af:00.0 with SR-IOV VFs (netdevs unless ``vfio``)."""
-    from podres_sim.host.devtree import interface_name
+    from podres_sim.host import interface_name
 
     return NicPf(
         address="0000:af:00.0",

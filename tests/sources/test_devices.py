@@ -20,7 +20,7 @@ from podres_exporter.sources.devices import (
     read_devices,
 )
 from podres_sim import write_sysfs
-from podres_sim.host.devtree import (
+from podres_sim.host import (
     Aer,
     AmdGpu,
     DeviceTreeSpec,

@@ -20,7 +20,7 @@ from podres_exporter.sources import cputopology, devices
 from podres_exporter.sources.cputopology import TopologyCache, read_topology
 from podres_exporter.sources.devices import StaticCache, read_devices
 from podres_sim import write_sysfs
-from podres_sim.host.devtree import (
+from podres_sim.host import (
     DeviceTreeSpec,
     IbPort,
     InfinibandHca,

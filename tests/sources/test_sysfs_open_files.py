@@ -25,7 +25,7 @@ import pytest
 from podres_exporter.core.telemetry import NetReading
 from podres_exporter.sources import devices
 from podres_exporter.sources.devices import StaticCache, read_devices
-from podres_sim.host.devtree import bump_counters, write_device_tree
+from podres_sim.host import bump_counters, write_device_tree
 from tests.sources.test_sysfs_cache import large_specs
 
 

@@ -30,15 +30,10 @@ from pathlib import Path
 from podres_exporter.core.ids import resolve
 from podres_exporter.core.model import Holder
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.host.devtree import (
-    NetStats,
-    NicPf,
-    NicVf,
-    bump_counters,
-    devices_for_scenario,
-    interface_name,
-    write_device_tree,
-)
+from podres_sim.host.counters import bump_counters
+from podres_sim.host.devtree import interface_name, write_device_tree
+from podres_sim.host.hardware import NetStats, NicPf, NicVf
+from podres_sim.host.layout import devices_for_scenario
 from podres_sim.host.topology import write_sysfs
 from podres_sim.kubelet import PodState, SimKubelet
 from podres_sim.nvml import FakeNvml, nvml_for_devices

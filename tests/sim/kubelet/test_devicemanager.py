@@ -26,7 +26,7 @@ from podres_sim import (
 )
 from podres_sim.kubelet.devicemanager import CHECKPOINT, PluginOptions, SimDeviceManager
 from podres_sim.scenario import parse_scenario
-from tests.sim.plugin_fixture import Dev, FakePlugin, devs
+from tests.sim.kubelet.plugin_fixture import Dev, FakePlugin, devs
 from tests.support import wait_until
 
 VF = "example.com/vf"

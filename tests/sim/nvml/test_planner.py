@@ -1,4 +1,5 @@
-"""FakeNvml builders: from kubelet device ids, determinism, animation."""
+"""The NVML planner (nvml_for_devices: kubelet device ids, determinism, animation)
+and the fake's with_gpus builder."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class Clock:
         return self.now
 
 
-def test_from_devices_maps_ids_to_gpus_and_mig_devices() -> None:
+def test_nvml_for_devices_maps_ids_to_gpus_and_mig_devices() -> None:
     """GPU ids become GPUs, shared ids their GPU once, MIG ids MIG devices on parents."""
     inv = NvmlBackend(nvml_for_devices(RESOURCES, seed=1)).read()
     assert inv.available
@@ -54,7 +55,7 @@ def test_from_devices_maps_ids_to_gpus_and_mig_devices() -> None:
     assert len(gpus[SHARED].processes) == 4  # one process per share
 
 
-def test_from_devices_orders_gpus_by_numa_on_distinct_pci_buses() -> None:
+def test_nvml_for_devices_orders_gpus_by_numa_on_distinct_pci_buses() -> None:
     """NVML indexes follow PCI order, NUMA node 0 first, every GPU on its own bus."""
     inv = NvmlBackend(nvml_for_devices(RESOURCES)).read()
     boards = [g for g in inv.gpus if g.parent_uuid is None]
@@ -65,7 +66,7 @@ def test_from_devices_orders_gpus_by_numa_on_distinct_pci_buses() -> None:
     assert len(set(buses)) == len(buses)
 
 
-def test_from_devices_reads_older_and_gke_ids() -> None:
+def test_nvml_for_devices_reads_older_and_gke_ids() -> None:
     """MIG-GPU-<uuid>/<gi>/<ci>, nvidia<N>, nvidia<N>/vgpu<k> and nvidia<N>/gi<k> ids."""
     parent = "GPU-11111111-2222-4333-8444-555555555555"
     fake = nvml_for_devices(
@@ -85,7 +86,7 @@ def test_from_devices_reads_older_and_gke_ids() -> None:
     assert len(boards) == 4  # the legacy parent, nvidia0, nvidia1 (shared, once), nvidia2
 
 
-def test_from_devices_reads_ids_as_the_exporter_does() -> None:
+def test_nvml_for_devices_reads_ids_as_the_exporter_does() -> None:
     """Ids resolve by ids.resolve: one GPU per canonical UUID, shares of it included;
     an id of no known shape is a GPU of its own, with a UUID derived from it."""
     fake = nvml_for_devices(
@@ -102,13 +103,13 @@ def test_from_devices_reads_ids_as_the_exporter_does() -> None:
     assert len(odd.processes) == 1  # one share seen
 
 
-def test_from_devices_ignores_other_vendors() -> None:
+def test_nvml_for_devices_ignores_other_vendors() -> None:
     """Only nvidia.com resources make GPUs."""
     inv = NvmlBackend(nvml_for_devices({"amd.com/gpu": [("0000:c1:00.0", 0)]})).read()
     assert inv == GpuInventory(available=False, driver_version="550.54.15")
 
 
-def test_from_devices_is_deterministic_per_seed() -> None:
+def test_nvml_for_devices_is_deterministic_per_seed() -> None:
     """The same ids and seed give the same readings; another seed other values."""
 
     def readings(seed: int) -> GpuInventory:

@@ -10,7 +10,7 @@ import pytest
 
 from podres_exporter.sources.devices import read_devices
 from podres_sim import load_builtin
-from podres_sim.host.devtree import (
+from podres_sim.host import (
     NetStats,
     NicPf,
     NicVf,
