@@ -7,7 +7,7 @@ rows of one pod shape at 50, 500 and 5,000 pods for linearity) the simulated kub
 runs in a process of its own (bench/simproc.py, real gRPC over a unix socket), so that
 this process, the exporter's, does none of the simulator's work. The simulated host
 (sysfs with the CPU topology and the device tree, procfs, the kubelet's log names, a
-fake NVML: ``sim.hostfs.SimHost``) is written here before measuring; every collector
+fake NVML: ``podres_sim.host.SimHost``) is written here before measuring; every collector
 is on, so a poll reads all the telemetry.
 
 Measured in the same run, each ``--repeat`` times (median and min-max):
@@ -57,7 +57,7 @@ from podres_exporter.exporter.settings import Settings, build
 from podres_exporter.exporter.textformat import WriteCache, render_families
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim import SimKubelet
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 
 TARGET_RATIO = 3.0
 # Collectors that need no telemetry source but only report on it.

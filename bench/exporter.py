@@ -159,8 +159,7 @@ def host_ticker(scenario: str, hostdir: Path) -> int:
 
     from podres_exporter.daemon import process
     from podres_sim import SimKubelet
-    from podres_sim.devtree import bump_counters
-    from podres_sim.hostfs import SimHost
+    from podres_sim.host import SimHost, bump_counters
 
     sim = SimKubelet(simproc.scenario(scenario), hostdir / "unused.sock")
     host = SimHost(sim, hostdir / "host")

@@ -30,7 +30,7 @@ from podres_exporter.daemon import process
 from podres_exporter.exporter.settings import build
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim import SimKubelet
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 
 FIXED_ARGS = 5
 SWITCH_INTERVAL_FLAG = "--bench.switch-interval"

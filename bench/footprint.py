@@ -16,7 +16,7 @@ when ready and at the end, and VmHWM (the peak) at the end, from
 ``/proc/<pid>/status``. The simulator's own CPU is never counted.
 
 The full run adds the exporter alone on large synthetic nodes for the limits:
-``Scenario.synthetic`` with 2,000 and 20,000 pods (128 CPUs, two devices per pod,
+``synthetic_scenario`` with 2,000 and 20,000 pods (128 CPUs, two devices per pod,
 one pod in 20 with an exclusive CPU, no churn), served as ``--scenario synthetic:PODS:20``.
 
 docs/performance.md ("Daemon footprint") turns these figures into the manifests'

@@ -43,7 +43,7 @@ from podres_exporter.deviceplugin.config import ResourceConfig, parse_config
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.servicer import DevicePluginServicer
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 
 # The generated stubs are untyped: reached through Any, as the tests' fixtures do.
 _grpc_api: Any = pb_grpc

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from podres_exporter.daemon import process
 from podres_sim import Scenario, SimKubelet, resolve_scenario
-from podres_sim.synthetic import BENCH_SCENARIOS, bench_scenario, fleet_scenario
+from podres_sim.scenario.synthetic import BENCH_SCENARIOS, bench_scenario, fleet_scenario
 
 FLEET = "fleet:"
 COUNTS_EVERY_S = 0.25

@@ -35,7 +35,7 @@ import footprint
 import simproc
 
 from podres_sim import SimKubelet
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 
 SIMPROC = str(Path(__file__).with_name("simproc.py"))
 TARGET_S = {500: 1.0, 5000: 5.0}

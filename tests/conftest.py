@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from podres_exporter.cli.export import Exporter
 from podres_sim import Scenario, SimKubelet, load_builtin
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 from tests.support import (
     Prometheus,
     exporter_settings,

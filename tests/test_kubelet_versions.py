@@ -17,7 +17,7 @@ import pytest
 from podres_exporter.core.accounting import LIVENESS_ANOMALY, PodCount, account
 from podres_exporter.core.model import KubeletReading, NodeTopology, PodLiveness, Support
 from podres_exporter.sources.kubelet import KubeletClient
-from podres_sim import Scenario, SimKubelet
+from podres_sim import SimKubelet, parse_scenario
 from podres_sim.scenario import KubeletBehaviour
 
 MakeSim = Callable[..., SimKubelet]
@@ -111,7 +111,7 @@ LIVENESS = PodLiveness(
 
 def _read(make_sim: MakeSim, minor: int) -> tuple[KubeletReading, KubeletClient]:
     behaviour = KubeletBehaviour.of_version(minor, pod_level_gate=True)
-    scenario = dataclasses.replace(Scenario.loads(NODE), kubelet=behaviour)
+    scenario = dataclasses.replace(parse_scenario(NODE), kubelet=behaviour)
     sim = make_sim(scenario)
     client = KubeletClient(str(sim.socket_path))
     return client.read(), client

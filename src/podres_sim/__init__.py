@@ -17,16 +17,23 @@ NUMA files for the exporter's ``--path.sysfs``.
 over the real ``v1beta1`` protocol. A scenario with ``[device_plugins]`` gets one
 (``SimKubelet.device_manager``), and its pods asking for those resources are admitted
 through the registered plugins (GetPreferredAllocation, Allocate).
+
+The package is in rooms by job, each with a face of its own: ``scenario`` (the records,
+their checks, TOML, built-ins and generated nodes), ``kubelet`` (the pod-resources
+server, the node's admission, the device manager), ``nvml`` (the pynvml fake and the
+planner of a scenario's GPUs) and ``host`` (sysfs, procfs and the host beside the
+kubelet). This module is the face the demo, the benchmark and the tests import.
 """
 
-from podres_sim.devicemanager import (
-    AllocationResult,
-    PluginDevice,
-    PluginOptions,
-    RegistrationRecord,
-    SimDeviceManager,
-)
-from podres_sim.node import (
+from podres_sim.host import write_sysfs
+from podres_sim.kubelet import (
+    GET_ALLOCATABLE_DISABLED,
+    GET_DISABLED,
+    RATE_LIMITED,
+    V1_GET_ALLOCATABLE_METHOD,
+    V1_GET_METHOD,
+    V1_LIST_METHOD,
+    V1ALPHA1_LIST_METHOD,
     ChurnEvent,
     ClaimGrant,
     ContainerState,
@@ -35,6 +42,15 @@ from podres_sim.node import (
     Node,
     NodeSnapshot,
     PodState,
+    SimKubelet,
+    TokenBucket,
+)
+from podres_sim.kubelet.devicemanager import (
+    AllocationResult,
+    PluginDevice,
+    PluginOptions,
+    RegistrationRecord,
+    SimDeviceManager,
 )
 from podres_sim.scenario import (
     ClaimDeviceSpec,
@@ -46,20 +62,13 @@ from podres_sim.scenario import (
     NodeSpec,
     PodSpec,
     Scenario,
+    builtin_names,
+    load_builtin,
+    parse_scenario,
+    read_scenario,
+    resolve_scenario,
+    synthetic_scenario,
 )
-from podres_sim.scenario_toml import builtin_names, load_builtin, resolve_scenario
-from podres_sim.server import (
-    GET_ALLOCATABLE_DISABLED,
-    GET_DISABLED,
-    RATE_LIMITED,
-    V1_GET_ALLOCATABLE_METHOD,
-    V1_GET_METHOD,
-    V1_LIST_METHOD,
-    V1ALPHA1_LIST_METHOD,
-    SimKubelet,
-    TokenBucket,
-)
-from podres_sim.sysfs import write_sysfs
 
 __all__ = [
     "GET_ALLOCATABLE_DISABLED",
@@ -69,7 +78,6 @@ __all__ = [
     "V1_GET_ALLOCATABLE_METHOD",
     "V1_GET_METHOD",
     "V1_LIST_METHOD",
-    "AdmissionError",
     "AllocationResult",
     "ChurnEvent",
     "ClaimDeviceSpec",
@@ -89,7 +97,6 @@ __all__ = [
     "PluginOptions",
     "PodSpec",
     "PodState",
-    "PreStartError",
     "RegistrationRecord",
     "Scenario",
     "SimDeviceManager",
@@ -97,6 +104,9 @@ __all__ = [
     "TokenBucket",
     "builtin_names",
     "load_builtin",
+    "parse_scenario",
+    "read_scenario",
     "resolve_scenario",
+    "synthetic_scenario",
     "write_sysfs",
 ]

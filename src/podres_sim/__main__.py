@@ -21,10 +21,9 @@ import structlog
 from podres_exporter.core.errors import ScenarioError
 from podres_exporter.daemon import process
 from podres_exporter.daemon.logconf import FORMATS, LEVELS
-from podres_sim.scenario import Scenario
-from podres_sim.scenario_toml import builtin_names, resolve_scenario
-from podres_sim.server import SimKubelet
-from podres_sim.sysfs import write_sysfs
+from podres_sim.host import write_sysfs
+from podres_sim.kubelet import SimKubelet
+from podres_sim.scenario import Scenario, builtin_names, resolve_scenario
 
 log = structlog.get_logger("podres_sim")
 

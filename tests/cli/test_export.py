@@ -226,9 +226,9 @@ def test_get_allocatable_disabled_is_visible(
 @pytest.mark.slow  # 20,000 pods
 def test_big_response_through_the_exporter(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
     """A kubelet answer above 4 MiB is read and served."""
-    from podres_sim import Scenario
+    from podres_sim import synthetic_scenario
 
-    sim = make_sim(Scenario.synthetic(pods=20000))
+    sim = make_sim(synthetic_scenario(pods=20000))
     exp = make_exporter(sim, poll_interval_s=30.0)
     wait_until(lambda: ready(exp), timeout=30)
     assert sample(scrape(exp.url), "podres_pods") == 20000

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from podres_exporter.cli.export import Exporter
 from podres_exporter.core.telemetry import GpuInventory
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim import Scenario, SimKubelet
-from podres_sim.devtree import AmdGpu, IbPort, InfinibandHca, IntelGpu, write_device_tree
-from podres_sim.fakenvml import FakeNvml
+from podres_sim import SimKubelet, parse_scenario
+from podres_sim.host import AmdGpu, IbPort, InfinibandHca, IntelGpu, write_device_tree
+from podres_sim.nvml import FakeNvml
 from tests.support import (
     Samples,
     exporter_settings,
@@ -182,7 +182,7 @@ def test_infiniband_and_drm_devices_with_holders(
     make_sim: MakeSim, make_exporter: MakeExporter
 ) -> None:
     """An HCA, an AMD GPU (PCI address) and an Intel GPU (card1-0) are exported with a holder."""
-    sim = make_sim(Scenario.loads(RDMA_SCENARIO))
+    sim = make_sim(parse_scenario(RDMA_SCENARIO))
     write_device_tree(
         sim.host.sysfs,  # type: ignore[attr-defined]
         [

@@ -87,7 +87,7 @@ def test_sources_follow_the_enabled_collectors() -> None:
     from podres_exporter.exporter.reader import build_sources
     from podres_exporter.exporter.settings import build
     from podres_exporter.sources.gpu import NvmlBackend
-    from podres_sim.fakenvml import FakeNvml
+    from podres_sim.nvml import FakeNvml
 
     settings = build({}, {})
     backend = NvmlBackend(FakeNvml())

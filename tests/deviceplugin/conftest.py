@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from podres_sim.devicemanager import SimDeviceManager
+from podres_sim.kubelet.devicemanager import SimDeviceManager
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Test support for the device plugin: reading the simulated kubelet's device manager
-(:class:`~podres_sim.devicemanager.SimDeviceManager`) and sysfs trees."""
+(:class:`~podres_sim.kubelet.devicemanager.SimDeviceManager`) and sysfs trees."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 import grpc
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from podres_sim.devicemanager import (
+from podres_sim.host import NicPf, NicVf, write_device_tree
+from podres_sim.kubelet.devicemanager import (
     CHECKPOINT,
     PluginDevice,
     RegistrationRecord,
     SimDeviceManager,
 )
-from podres_sim.devtree import NicPf, NicVf, write_device_tree
 
 
 def accepted(kubelet: SimDeviceManager, resource: str | None = None) -> list[RegistrationRecord]:
@@ -73,7 +73,7 @@ def nic(
     vfs: tuple[str, ...] = VF_ADDRESSES,
 ) -> NicPf:
     """An Intel E810 PF at af:00.0 with SR-IOV VFs (netdevs unless ``vfio``)."""
-    from podres_sim.devtree import interface_name
+    from podres_sim.host import interface_name
 
     return NicPf(
         address="0000:af:00.0",

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from podres_exporter.sources.kubelet import KubeletClient
-from podres_sim import Scenario, SimKubelet
-from podres_sim.hostfs import SimHost
+from podres_sim import SimKubelet, parse_scenario
+from podres_sim.host import SimHost
 from tests.deviceplugin.support import plugin_flags
 from tests.support import wait_until
 
@@ -116,7 +116,7 @@ def short_dir() -> Iterator[Path]:
 def test_pods_are_admitted_through_the_real_plugin(short_dir: Path) -> None:
     """The sim kubelet admits the pod through the plugin; List shows what Allocate chose;
     a vanished VF turns unhealthy; a kubelet restart is survived; SIGTERM cleans up."""
-    sim = SimKubelet(Scenario.loads(SCENARIO), short_dir / "kubelet.sock")
+    sim = SimKubelet(parse_scenario(SCENARIO), short_dir / "kubelet.sock")
     sim.host = SimHost(sim, short_dir / "host", clock=None)  # type: ignore[attr-defined]
     sim.start()
     tmp_path = short_dir
@@ -169,7 +169,7 @@ def test_kubelet_restart_in_the_middle_of_allocations(short_dir: Path) -> None:
     from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
     from podres_sim import ContainerSpec, PodSpec
 
-    sim = SimKubelet(Scenario.loads(SCENARIO), short_dir / "kubelet.sock")
+    sim = SimKubelet(parse_scenario(SCENARIO), short_dir / "kubelet.sock")
     sim.host = SimHost(sim, short_dir / "host", clock=None)  # type: ignore[attr-defined]
     sim.start()
     dm = sim.device_manager

@@ -16,7 +16,7 @@ from podres_exporter.deviceplugin.config import PluginConfig, ResourceConfig, pa
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.deviceplugin.monitor import Discoverer, Monitor
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 from tests.deviceplugin.support import VF_ADDRESSES, remove_function, write_sysfs
 
 GPU_A = "GPU-0c5a1f2e-8a7f-4c1e-9b3d-111111111111"

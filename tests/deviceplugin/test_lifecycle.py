@@ -33,14 +33,14 @@ from podres_exporter.deviceplugin.main import (
 )
 from podres_exporter.deviceplugin.metrics import PluginMetrics
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.devicemanager import (
+from podres_sim.kubelet.devicemanager import (
     HEALTHY,
     UNHEALTHY,
     PluginDevice,
     PluginOptions,
     SimDeviceManager,
 )
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 from tests.deviceplugin.support import (
     VF_ADDRESSES,
     accepted,

@@ -17,7 +17,7 @@ from podres_exporter.deviceplugin.main import (
     build_plugin,
     load_plugin_config,
 )
-from podres_sim.devicemanager import SimDeviceManager
+from podres_sim.kubelet.devicemanager import SimDeviceManager
 from tests.deviceplugin.support import accepted, advertised, files, write_sysfs
 from tests.support import http_get, started_daemons, wait_until
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from podres_sim.devicemanager import HEALTHY, PluginDevice, SimDeviceManager
+from podres_sim.kubelet.devicemanager import HEALTHY, PluginDevice, SimDeviceManager
 from tests.deviceplugin.support import (
     VF_ADDRESSES,
     accepted,

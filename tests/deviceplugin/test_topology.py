@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 
 GPU = [f"GPU-0c5a1f2e-8a7f-4c1e-9b3d-{i:012d}" for i in range(4)]
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from podres_sim import Scenario, SimKubelet, load_builtin
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 from tests.faults.support import Starter, started
 
 

@@ -32,8 +32,8 @@ from podres_exporter.cli.export import Exporter
 from podres_exporter.daemon import process
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim import resolve_scenario
-from podres_sim.fakenvml import FakeNvml
-from podres_sim.hostfs import scenario_nvml
+from podres_sim.host import scenario_nvml
+from podres_sim.nvml import FakeNvml
 
 _CONTROL_POLL_S = 0.05
 

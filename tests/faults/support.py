@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from podres_sim import SimKubelet
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 from tests.support import Samples, http_get, parse_samples, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

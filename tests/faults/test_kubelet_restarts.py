@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from podres_sim import ContainerSpec, PodSpec, Scenario, SimKubelet
+from podres_sim import ContainerSpec, PodSpec, SimKubelet, parse_scenario
 from tests.deviceplugin.support import accepted, plugin_flags
 from tests.faults.support import PODRES, DaemonProcess, Starter, exporter_flags, host_of
 from tests.support import sample, wait_until
@@ -85,7 +85,7 @@ def test_fifty_kubelet_restarts(
     """50 restarts: after each the exporter serves a new reading (with the pod admitted
     just before) and the plugin is registered again; threads and fds stay flat, and each
     daemon logs at most one failure per restart, no traceback."""
-    sim = kubelet(Scenario.loads(SCENARIO))
+    sim = kubelet(parse_scenario(SCENARIO))
     dm = sim.device_manager
     assert dm is not None
     exporter = daemons("exporter", [*PODRES, "export", *exporter_flags(sim)])

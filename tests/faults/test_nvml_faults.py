@@ -14,7 +14,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from podres_sim import Scenario, SimKubelet
+from podres_sim import SimKubelet, parse_scenario
 from tests.faults.support import (
     GPU_EXPORTER,
     DaemonProcess,
@@ -59,7 +59,7 @@ class GpuNode:
     def __init__(self, kubelet: MakeKubelet, daemons: Starter, directory: Path) -> None:
         scenario_file = directory / "two-gpus.toml"
         scenario_file.write_text(SCENARIO)
-        self.sim = kubelet(Scenario.loads(SCENARIO))
+        self.sim = kubelet(parse_scenario(SCENARIO))
         self.control_file = directory / "nvml-control.json"
         self._daemons = daemons
         self._scenario_file = scenario_file

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from podres_sim import Scenario, SimKubelet
+from podres_sim import SimKubelet, synthetic_scenario
 from tests.faults.support import Starter, start_exporter
 from tests.support import http_get, parse_samples, wait_until
 
@@ -49,7 +49,7 @@ def read_response(sock: socket.socket, data: bytes) -> tuple[int, bytes, bool]:
 def test_sigterm_during_scrapes(kubelet: MakeKubelet, daemons: Starter) -> None:
     """SIGTERM while a slow client reads a 4 MB exposition and 20 other scrapes are in
     flight: every one accepted gets its whole answer, and the exporter exits 0 on time."""
-    sim = kubelet(Scenario.synthetic(pods=3000))
+    sim = kubelet(synthetic_scenario(pods=3000))
     exporter = start_exporter(daemons, sim, poll_interval="1h")
     size = len(http_get(exporter.url + "/metrics")[2])
     assert size > 2 << 20, "an answer bigger than the socket buffers"

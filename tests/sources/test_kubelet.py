@@ -15,7 +15,7 @@ from podres_exporter.core.errors import (
 )
 from podres_exporter.core.model import ApiVersion, Support
 from podres_exporter.sources.kubelet import KubeletClient
-from podres_sim import Scenario, SimKubelet
+from podres_sim import SimKubelet, synthetic_scenario
 from tests.support import wait_until
 
 MakeSim = Callable[..., SimKubelet]
@@ -90,7 +90,7 @@ def test_get_where_served_and_list_fallback(make_sim: MakeSim) -> None:
 @pytest.mark.slow  # 20,000 pods
 def test_response_over_4mib(make_sim: MakeSim) -> None:
     """A >4 MiB List is read with the default 16 MiB limit; a 4 MiB limit names the flag."""
-    sim = make_sim(Scenario.synthetic(pods=20000))
+    sim = make_sim(synthetic_scenario(pods=20000))
     r = KubeletClient(str(sim.socket_path)).read()
     assert len(r.pods) == 20000
     small = KubeletClient(str(sim.socket_path), max_message_bytes=4 * 2**20)

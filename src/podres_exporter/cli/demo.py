@@ -27,7 +27,7 @@ from podres_exporter.deviceplugin.main import (
 )
 from podres_exporter.exporter.settings import Settings
 from podres_sim import Scenario, SimKubelet, resolve_scenario
-from podres_sim.hostfs import SimHost
+from podres_sim.host import SimHost
 
 # --churn-interval at most an hour: rarer churn is no churn to watch.
 CHURN_INTERVAL = duration(max_s=3600.0)

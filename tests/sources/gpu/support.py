@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from podres_exporter.core.telemetry import GpuInventory, GpuReading
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 
 GPU_A = "GPU-0c5a1f2e-8a7f-4c1e-9b3d-111111111111"
 GPU_B = "GPU-0c5a1f2e-8a7f-4c1e-9b3d-222222222222"

@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 from tests.sources.gpu.support import (
     GIB,
     GPU_A,

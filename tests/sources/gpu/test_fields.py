@@ -9,7 +9,7 @@ import pytest
 
 from podres_exporter.core.telemetry import GpuReading
 from podres_exporter.sources.gpu import NvmlBackend, pci_bus_id_from_nvml
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 from tests.sources.gpu.support import (
     GIB,
     GPU_A,

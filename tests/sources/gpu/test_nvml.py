@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from podres_exporter.core.telemetry import GpuInventory
 from podres_exporter.sources.gpu import NvmlBackend, open_nvml_backend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 from tests.sources.gpu.support import (
     GPU_A,
     Clock,

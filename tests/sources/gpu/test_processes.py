@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from podres_exporter.core.telemetry import GpuProcess
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 from tests.sources.gpu.support import (
     GIB,
     GPU_A,

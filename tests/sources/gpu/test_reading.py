@@ -9,7 +9,7 @@ import pytest
 
 from podres_exporter.core.telemetry import GpuInventory
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml
 from tests.sources.gpu.support import (
     GPU_A,
     GPU_B,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from podres_sim.devtree import write_device_tree
+from podres_sim.host import write_device_tree
 from tests.sources.sysfs.support import SPECS, large_specs
 
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from podres_exporter.core.telemetry import NetReading, PciReading, SysfsDevices
-from podres_sim.devtree import (
+from podres_sim.host import (
     Aer,
     AmdGpu,
     DeviceTreeSpec,

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from podres_exporter.sources.sysfs import StaticCache, read_devices
-from podres_sim.devtree import NicPf, bump_counters, write_device_tree
+from podres_sim.host import NicPf, bump_counters, write_device_tree
 from tests.sources.sysfs.support import EXTRA_PF, OpenedFiles, pci_of, real
 
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from podres_exporter.sources.sysfs import read_devices
-from podres_sim.devtree import AmdGpu, IntelGpu, write_device_tree
+from podres_sim.host import AmdGpu, IntelGpu, write_device_tree
 from tests.sources.sysfs.support import AMD, I915, SYS, pci_of
 
 

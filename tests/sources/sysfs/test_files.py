@@ -24,7 +24,7 @@ import pytest
 
 from podres_exporter.core.telemetry import NetReading
 from podres_exporter.sources.sysfs import StaticCache, read_devices
-from podres_sim.devtree import bump_counters
+from podres_sim.host import bump_counters
 from tests.sources.sysfs.support import OpenedFiles
 
 

@@ -14,7 +14,7 @@ from podres_exporter.core.telemetry import SysfsDevices
 from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.sysfs import net_interface_names, pci_function_addresses, read_devices
 from podres_sim import write_sysfs
-from podres_sim.devtree import NvidiaGpu, write_device_tree
+from podres_sim.host import NvidiaGpu, write_device_tree
 from podres_sim.scenario import NodeSpec
 from tests.sources.sysfs.support import (
     AMD,

@@ -2,7 +2,7 @@
 
 :class:`NvmlBackend` is given the NVML module object: production passes the real
 ``pynvml`` (see :func:`open_nvml_backend`), tests pass a
-:class:`~podres_sim.fakenvml.FakeNvml`. Only the public pynvml API is used: module
+:class:`~podres_sim.nvml.FakeNvml`. Only the public pynvml API is used: module
 functions, ``NVML_*`` constants, ``NVMLError`` and its ``.value`` code.
 
 The rules of :meth:`NvmlBackend.read`:

@@ -1,5 +1,9 @@
 """Scenario validation: what the schema's dataclasses check when they are built.
 
+The records (``scenario.records``) call these from their ``__post_init__``; this module
+reads the records' fields and the vocabulary (``scenario.kinds``), and imports the
+records for their types only.
+
 ``check_node`` and ``check_scenario`` raise ScenarioError naming the source and the
 key (``node.reserved_cpus``, ``pods[2].containers[0].kind``); ``check_kubelet`` and
 ``check_device_plugins`` raise ValueError starting with the key, which the TOML
@@ -8,25 +12,29 @@ loader turns into a ScenarioError.
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 from podres_exporter.core.errors import ScenarioError
 from podres_exporter.core.kube import NameProblem, extended_resource_problem, is_hugepages_name
-from podres_sim.scenario import (
+from podres_sim.scenario.kinds import (
     MEMORY_TYPE,
     ApiMode,
     ContainerKind,
     CpuPolicy,
     DeviceGrouping,
-    DevicePluginsSpec,
-    KubeletBehaviour,
     MemoryPolicy,
     Naming,
-    NodeSpec,
     QoS,
     RpcMode,
-    Scenario,
 )
+
+if TYPE_CHECKING:  # the records call these checks when they are built
+    from podres_sim.scenario.records import (
+        DevicePluginsSpec,
+        KubeletBehaviour,
+        NodeSpec,
+        Scenario,
+    )
 
 __all__ = ["check_device_plugins", "check_kubelet", "check_node", "check_scenario"]
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -54,16 +54,20 @@ import structlog
 from podres_exporter._generated.podresources.v1 import api_pb2
 from podres_exporter._generated.podresources.v1alpha1 import api_pb2 as alpha_pb2
 from podres_exporter.daemon.unixsock import MAX_SOCKET_PATH, socket_path_too_long
-from podres_sim.devicemanager import SimDeviceManager
-from podres_sim.grpcserve import bind, old_inode_held, shut_down, unlink_socket
-from podres_sim.node import (
-    ChurnEvent,
-    ContainerState,
-    DeviceGrant,
-    MemoryGrant,
-    Node,
-    NodeSnapshot,
-    PodState,
+from podres_sim.kubelet.devicemanager import SimDeviceManager
+from podres_sim.kubelet.grpcserve import bind, old_inode_held, shut_down, unlink_socket
+from podres_sim.kubelet.node import Node
+from podres_sim.kubelet.pods import ChurnEvent, PodState
+from podres_sim.kubelet.ratelimit import (
+    RATE_LIMITED,
+    TokenBucket,
+)
+from podres_sim.kubelet.wire import (
+    allocatable_message,
+    alpha_pod_message,
+    listed,
+    pod_message,
+    wire_shape,
 )
 from podres_sim.scenario import (
     DeviceGrouping,
@@ -71,26 +75,20 @@ from podres_sim.scenario import (
     KubeletBehaviour,
     PodSpec,
     Scenario,
+    load_builtin,
+    read_scenario,
 )
-from podres_sim.scenario_toml import load_builtin
 
 __all__ = [
     "ALL_METHODS",
     "GARBAGE",
     "GET_ALLOCATABLE_DISABLED",
     "GET_DISABLED",
-    "RATE_LIMITED",
-    "RATE_LIMIT_BURST",
-    "RATE_LIMIT_QPS",
     "V1ALPHA1_LIST_METHOD",
     "V1_GET_ALLOCATABLE_METHOD",
     "V1_GET_METHOD",
     "V1_LIST_METHOD",
     "SimKubelet",
-    "TokenBucket",
-    "allocatable_message",
-    "alpha_pod_message",
-    "pod_message",
 ]
 
 log = structlog.get_logger("podres_sim")
@@ -106,189 +104,10 @@ ALL_METHODS = (V1_LIST_METHOD, V1_GET_ALLOCATABLE_METHOD, V1_GET_METHOD, V1ALPHA
 # The kubelet's own words.
 GET_ALLOCATABLE_DISABLED = "Pod Resources API GetAllocatableResources disabled"
 GET_DISABLED = "PodResources API Get method disabled"
-RATE_LIMITED = "rejected by rate limit"
-RATE_LIMIT_QPS = 100.0
-RATE_LIMIT_BURST = 10
 # What ``answer_garbage`` sends: a varint cut short, which no protobuf parser accepts.
 GARBAGE = b"\xff\xff\xff\xff\xff"
 # How often a hung call looks whether its client gave up or the fault was cleared.
 _HANG_POLL_S = 0.05
-
-
-class TokenBucket:
-    """A token bucket like Go's ``rate.Limiter``: starts full, ``allow`` takes a token."""
-
-    def __init__(
-        self,
-        rate: float = RATE_LIMIT_QPS,
-        burst: int = RATE_LIMIT_BURST,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._rate = rate
-        self._burst = float(burst)
-        self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock()
-        self._lock = threading.Lock()
-
-    def allow(self) -> bool:
-        """Take one token if there is one."""
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
-            self._last = now
-            if self._tokens >= 1.0:
-                self._tokens -= 1.0
-                return True
-            return False
-
-
-# --------------------------------------------------------------------------- wire building
-
-
-_TOPOLOGIES: dict[tuple[int, ...], Any] = {}
-
-
-def _topology(nodes: Iterable[int]) -> Any:
-    """A TopologyInfo for ``nodes`` (node 0 included: a present message, ``ID`` 0)."""
-    key = tuple(nodes)
-    msg = _TOPOLOGIES.get(key)
-    if msg is None:
-        msg = api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=n) for n in key])
-        _TOPOLOGIES[key] = msg
-    return msg
-
-
-def _device_pairs(grants: Iterable[DeviceGrant], grouping: DeviceGrouping) -> list[Any]:
-    """ContainerDevices entries: one per device id and NUMA node (a device with no
-    topology once, without the field), or one per resource (kubelet ~1.20)."""
-    out: list[Any] = []
-    if grouping == "per_device":
-        for g in grants:
-            if g.numa is None:
-                out.append(
-                    api_pb2.ContainerDevices(resource_name=g.resource, device_ids=[g.device_id])
-                )
-            else:
-                out.extend(
-                    api_pb2.ContainerDevices(
-                        resource_name=g.resource, device_ids=[g.device_id], topology=_topology((n,))
-                    )
-                    for n in g.numa
-                )
-        return out
-    groups: dict[str, list[DeviceGrant]] = {}
-    for g in grants:
-        groups.setdefault(g.resource, []).append(g)
-    for resource, members in groups.items():
-        numa = sorted({n for g in members for n in g.numa or ()})
-        entry = api_pb2.ContainerDevices(
-            resource_name=resource, device_ids=[g.device_id for g in members]
-        )
-        if numa:
-            entry.topology.CopyFrom(_topology(numa))
-        out.append(entry)
-    return out
-
-
-def _memory(blocks: Iterable[MemoryGrant]) -> list[Any]:
-    return [
-        api_pb2.ContainerMemory(memory_type=b.memory_type, size=b.size, topology=_topology(b.numa))
-        for b in blocks
-    ]
-
-
-def _container(c: ContainerState, grouping: DeviceGrouping, share_ids: bool = True) -> Any:
-    if c.empty:
-        return api_pb2.ContainerResources(name=c.name)
-    dynamic = [
-        api_pb2.DynamicResource(
-            claim_name=cl.name,
-            claim_namespace=cl.namespace,
-            claim_resources=[
-                api_pb2.ClaimResource(
-                    cdi_devices=[api_pb2.CDIDevice(name=n) for n in d.cdi_devices],
-                    driver_name=d.driver,
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    **({"share_id": d.share_id} if share_ids and d.share_id is not None else {}),
-                )
-                for d in cl.devices
-            ],
-        )
-        for cl in c.claims
-    ]
-    return api_pb2.ContainerResources(
-        name=c.name,
-        devices=_device_pairs(c.devices, grouping),
-        cpu_ids=c.cpu_ids,
-        memory=_memory(c.memory),
-        dynamic_resources=dynamic,
-    )
-
-
-def pod_message(
-    pod: PodState,
-    grouping: DeviceGrouping = "per_device",
-    *,
-    pod_level: bool = False,
-    share_ids: bool = True,
-) -> Any:
-    """The v1 ``PodResources`` message for a pod. ``pod_level``: with the pod-level
-    ``cpu_ids`` and ``memory`` (``PodLevelResourceManagers``); ``share_ids``: with the
-    DRA ``share_id`` of claim devices (1.35+)."""
-    return api_pb2.PodResources(
-        name=pod.name,
-        namespace=pod.namespace,
-        containers=[_container(c, grouping, share_ids) for c in pod.containers],
-        cpu_ids=pod.cpu_ids if pod_level else (),
-        memory=_memory(pod.memory) if pod_level else [],
-    )
-
-
-def _wire(behaviour: KubeletBehaviour) -> tuple[DeviceGrouping, bool, bool]:
-    """What of the kubelet's behaviour shapes a pod's message (its cache key)."""
-    return (behaviour.device_grouping, behaviour.pod_level_resources, behaviour.dra_share_ids)
-
-
-def _listed(pod: PodState, behaviour: KubeletBehaviour) -> bool:
-    """Whether List and Get show ``pod``: a rejected pod per ``list_rejected``, a
-    finished one only without the active-pods filter (kubelets before 1.34)."""
-    if not pod.admitted:
-        return behaviour.list_rejected
-    return pod.active or not behaviour.list_active_only
-
-
-def alpha_pod_message(pod: PodState, grouping: DeviceGrouping = "per_device") -> Any:
-    """The v1alpha1 ``PodResources`` message: devices only, no topology."""
-    return alpha_pb2.PodResources(
-        name=pod.name,
-        namespace=pod.namespace,
-        containers=[
-            alpha_pb2.ContainerResources(
-                name=c.name,
-                devices=[
-                    alpha_pb2.ContainerDevices(
-                        resource_name=d.resource_name, device_ids=list(d.device_ids)
-                    )
-                    for d in _device_pairs(c.devices, grouping)
-                ],
-            )
-            for c in pod.containers
-        ],
-    )
-
-
-def allocatable_message(
-    snap: NodeSnapshot, grouping: DeviceGrouping = "per_device", *, warming: bool = False
-) -> Any:
-    """The ``AllocatableResourcesResponse`` for a node snapshot."""
-    grants = (DeviceGrant(d.resource, d.id, d.numa) for d in snap.healthy_devices)
-    return api_pb2.AllocatableResourcesResponse(
-        devices=_device_pairs(grants, grouping),
-        cpu_ids=() if warming else snap.allocatable_cpus,
-        memory=_memory(snap.allocatable_memory),
-    )
 
 
 # --------------------------------------------------------------------------- the server
@@ -335,7 +154,7 @@ class SimKubelet:
         device_plugin_dir: str | Path | None = None,
     ) -> None:
         if isinstance(scenario, Path) or (isinstance(scenario, str) and scenario.endswith(".toml")):
-            scenario = Scenario.load(scenario)
+            scenario = read_scenario(scenario)
         elif isinstance(scenario, str):
             scenario = load_builtin(scenario)
         self._scenario = scenario
@@ -838,7 +657,7 @@ class SimKubelet:
     def _listed_pods(self, behaviour: KubeletBehaviour, warming: bool) -> list[PodState]:
         if warming:
             return []
-        pods = [p for p in self._node.pods if _listed(p, behaviour)]
+        pods = [p for p in self._node.pods if listed(p, behaviour)]
         with self._lock:
             self._list_rng.shuffle(pods)
         return pods
@@ -847,7 +666,7 @@ class SimKubelet:
         """v1 messages for ``pods``, built once per pod state and wire shape."""
         with self._lock:
             cache = self._messages
-        wire = _wire(behaviour)
+        wire = wire_shape(behaviour)
         fresh: dict[tuple[str, str], tuple[PodState, tuple[DeviceGrouping, bool, bool], Any]] = {}
         out: list[Any] = []
         for pod in pods:
@@ -905,14 +724,14 @@ class SimKubelet:
         if behaviour.get == "disabled":
             context.abort(grpc.StatusCode.UNKNOWN, GET_DISABLED)
         pod = None if warming else self._node.pod(request.pod_namespace, request.pod_name)
-        if pod is not None and not _listed(pod, behaviour):
+        if pod is not None and not listed(pod, behaviour):
             pod = None
         if pod is None:
             context.abort(
                 grpc.StatusCode.UNKNOWN,
                 f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
             )
-        grouping, pod_level, share_ids = _wire(behaviour)
+        grouping, pod_level, share_ids = wire_shape(behaviour)
         return api_pb2.GetPodResourcesResponse(
             pod_resources=pod_message(pod, grouping, pod_level=pod_level, share_ids=share_ids)
         )

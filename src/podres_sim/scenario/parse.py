@@ -1,5 +1,6 @@
-"""Scenarios from TOML (files, text, the built-ins in ``sim/scenarios/``), and the
-reference that names a scenario (``resolve_scenario``: what ``--scenario`` takes).
+"""Scenarios from TOML: a file (``read_scenario``), text (``parse_scenario``) or data
+already parsed (``scenario_from_dict``). The built-ins and the references that name a
+scenario are ``scenario.builtin``'s.
 
 The TOML schema (every key but ``node`` optional; unknown keys are errors)::
 
@@ -85,30 +86,24 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any, cast, get_args
 
 from podres_exporter.core.cpulist import parse_cpulist
 from podres_exporter.core.errors import ScenarioError
 from podres_exporter.core.kube import is_hugepages_name, parse_bytes, parse_millicpu
-from podres_sim.scenario import (
+from podres_sim.scenario.kinds import ContainerKind, CpuPolicy, MemoryPolicy, Naming, QoS
+from podres_sim.scenario.records import (
     ClaimDeviceSpec,
     ClaimSpec,
-    ContainerKind,
     ContainerSpec,
-    CpuPolicy,
     DevicePluginsSpec,
     DeviceSpec,
     KubeletBehaviour,
-    MemoryPolicy,
-    Naming,
     NodeSpec,
     PodSpec,
-    QoS,
     Scenario,
 )
-from podres_sim.synthetic import BENCH_SCENARIOS, bench_scenario, synthetic_scenario
 
 # The largest node a scenario may describe: the kernel's largest NR_CPUS and MAX_NUMNODES.
 MAX_CPUS = 8192
@@ -119,14 +114,7 @@ MAX_REPLICAS = 100_000
 MAX_CHURN_INTERVAL_S = 3600.0
 MAX_RESOURCE_GRACE_S = 86400.0
 
-__all__ = [
-    "builtin_names",
-    "load_builtin",
-    "parse_scenario",
-    "read_scenario",
-    "resolve_scenario",
-    "scenario_from_dict",
-]
+__all__ = ["parse_scenario", "read_scenario", "scenario_from_dict"]
 
 
 def read_scenario(path: str | Path) -> Scenario:
@@ -164,69 +152,6 @@ def scenario_from_dict(
         raise
     except (TypeError, ValueError, OverflowError) as exc:  # a check below missed a bad value
         raise ScenarioError(source, "", f"invalid scenario: {exc}") from exc
-
-
-# --------------------------------------------------------------------------- built-ins
-
-
-def _builtin_root() -> Any:
-    return resources.files("podres_sim").joinpath("scenarios")
-
-
-def builtin_names() -> tuple[str, ...]:
-    """The names of the scenarios shipped with the package: the TOML files (``demo``,
-    ``minimal`` ...) and the benchmark's generated nodes (``small``, ``large``, ``huge``)."""
-    files = (p.name[:-5] for p in _builtin_root().iterdir() if p.name.endswith(".toml"))
-    return tuple(sorted({*files, *BENCH_SCENARIOS}))
-
-
-def load_builtin(name: str) -> Scenario:
-    """Load a shipped scenario by name (``"demo"`` -> ``sim/scenarios/demo.toml``)."""
-    if name not in builtin_names():
-        raise ScenarioError(
-            f"{name}.toml", "", f"no built-in scenario {name!r}; have {', '.join(builtin_names())}"
-        )
-    if name in BENCH_SCENARIOS:
-        return bench_scenario(name)
-    res = _builtin_root().joinpath(f"{name}.toml")
-    return parse_scenario(res.read_text(encoding="utf-8"), source=f"{name}.toml", default_name=name)
-
-
-# --------------------------------------------------------------------------- references
-
-_SYNTHETIC = "synthetic:"
-
-
-def resolve_scenario(ref: str) -> Scenario:
-    """The scenario a reference names: ``synthetic:PODS[:N]`` (``synthetic_scenario``,
-    every Nth pod with an exclusive CPU), a built-in name, or a TOML file (a path ending
-    in ``.toml``, or any existing file). A built-in name wins over a file of that name.
-
-    ScenarioError names the reference when it names nothing, else the file and the key.
-    """
-    if ref.startswith(_SYNTHETIC):
-        return _synthetic(ref)
-    if ref in builtin_names():
-        return load_builtin(ref)
-    path = Path(ref)
-    if path.suffix == ".toml" or path.is_file():
-        return read_scenario(path)
-    raise ScenarioError(
-        ref,
-        "",
-        f"neither a built-in scenario ({', '.join(builtin_names())}), a file "
-        "nor synthetic:PODS[:N]",
-    )
-
-
-def _synthetic(ref: str) -> Scenario:
-    try:
-        pods, *every = (int(n) for n in ref.removeprefix(_SYNTHETIC).split(":"))
-    except ValueError:
-        raise ScenarioError(ref, "", "expected synthetic:PODS[:N]") from None
-    if pods < 1 or len(every) > 1 or (every and every[0] < 0):
-        raise ScenarioError(ref, "", "expected synthetic:PODS[:N]")
-    return synthetic_scenario(pods, exclusive_every=every[0] if every else 0)
 
 
 # --------------------------------------------------------------------------- TOML parsing

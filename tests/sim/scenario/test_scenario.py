@@ -15,14 +15,13 @@ from podres_sim import (
     DevicePluginsSpec,
     Node,
     NodeSpec,
-    Scenario,
     builtin_names,
     load_builtin,
     resolve_scenario,
     write_sysfs,
 )
-from podres_sim.scenario_toml import parse_scenario
-from podres_sim.synthetic import synthetic_scenario
+from podres_sim.scenario import parse_scenario, read_scenario
+from podres_sim.scenario.synthetic import synthetic_scenario
 
 GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MIG_UUID = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -132,7 +131,7 @@ def test_load_from_file(tmp_path: Path) -> None:
     """Scenario.load reads a TOML file; the name defaults to its stem."""
     path = tmp_path / "mine.toml"
     path.write_text(GOOD.replace('name = "t"\n', ""))
-    s = Scenario.load(path)
+    s = read_scenario(path)
     assert s.name == "mine"
     assert s.pods[0].containers[0].cpu_m == 1000
     assert s.node.devices[0].numa == (0,)
@@ -167,7 +166,7 @@ def test_bad_scenario_errors_name_file_and_key(
     path = tmp_path / "bad.toml"
     path.write_text(GOOD.replace(*edit, 1))
     with pytest.raises(ScenarioError) as info:
-        Scenario.load(path)
+        read_scenario(path)
     assert info.value.key == key
     assert str(path) in str(info.value)
     assert key in str(info.value)
@@ -179,12 +178,12 @@ def test_missing_node_and_broken_toml(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text('name = "x"\n')
     with pytest.raises(ScenarioError, match=r"bad\.toml: node: required"):
-        Scenario.load(path)
+        read_scenario(path)
     path.write_text("[node\n")
     with pytest.raises(ScenarioError, match="invalid TOML"):
-        Scenario.load(path)
+        read_scenario(path)
     with pytest.raises(ScenarioError, match="cannot read"):
-        Scenario.load(tmp_path / "absent.toml")
+        read_scenario(tmp_path / "absent.toml")
     with pytest.raises(ScenarioError, match="no built-in scenario"):
         load_builtin("nope")
 
@@ -192,13 +191,13 @@ def test_missing_node_and_broken_toml(tmp_path: Path) -> None:
 def test_quantities_in_a_file() -> None:
     """CPU and memory keys take Kubernetes quantities; a bad one names its key."""
     text = GOOD.replace("cpu = 1", 'cpu = "250m"\nhugepages-2Mi = "1.5Gi"')
-    container = Scenario.loads(text).pods[0].containers[0]
+    container = parse_scenario(text).pods[0].containers[0]
     assert (container.cpu_m, container.memory) == (250, 2**30)
     assert dict(container.hugepages) == {"hugepages-2Mi": 3 * 2**29}
     with pytest.raises(ScenarioError, match=r"containers\[0\]\.hugepages-2Mi: expected a byte"):
-        Scenario.loads(text.replace('"1.5Gi"', '"1.1"'))
+        parse_scenario(text.replace('"1.5Gi"', '"1.1"'))
     with pytest.raises(ScenarioError, match=r"containers\[0\]\.hugepages-3x: unknown key"):
-        Scenario.loads(text.replace("hugepages-2Mi", "hugepages-3x"))
+        parse_scenario(text.replace("hugepages-2Mi", "hugepages-3x"))
 
 
 @pytest.mark.parametrize(
@@ -210,7 +209,7 @@ def test_cpu_lists_are_strings_or_arrays(value: str, cpus: tuple[int, ...]) -> N
     text = GOOD.replace(
         "cpus_per_numa_node = 2", f"cpus_per_numa_node = 2\nreserved_cpus = {value}"
     )
-    assert Scenario.loads(text).node.reserved_cpus == cpus
+    assert parse_scenario(text).node.reserved_cpus == cpus
 
 
 @pytest.mark.parametrize(
@@ -227,7 +226,7 @@ def test_bad_cpu_lists_name_their_key(value: str, problem: str) -> None:
     """A malformed CPU list is a ScenarioError naming the key and what is wrong."""
     text = GOOD.replace("cpus_per_numa_node = 2", f"cpus_per_numa_node = 2\noffline_cpus = {value}")
     with pytest.raises(ScenarioError) as info:
-        Scenario.loads(text)
+        parse_scenario(text)
     assert info.value.key == "node.offline_cpus"
     assert problem in info.value.problem
 
@@ -238,7 +237,7 @@ def test_cpu_list_string_and_array_agree(cpus: set[int]) -> None:
     as_array = f"reserved_cpus = {sorted(cpus)}"
     as_string = f'reserved_cpus = "{format_cpulist(cpus)}"'
     nodes = [
-        Scenario.loads(GOOD.replace("cpus_per_numa_node = 2", f"cpus_per_numa_node = 2\n{line}"))
+        parse_scenario(GOOD.replace("cpus_per_numa_node = 2", f"cpus_per_numa_node = 2\n{line}"))
         for line in (as_array, as_string)
     ]
     assert nodes[0].node.reserved_cpus == nodes[1].node.reserved_cpus == tuple(sorted(cpus))
@@ -269,7 +268,7 @@ def test_plugin_resource_names_are_checked() -> None:
 
 def test_loads_names_the_source() -> None:
     """Scenario.loads passes source and default_name on: errors and the name follow them."""
-    s = Scenario.loads(GOOD.replace('name = "t"\n', ""), source="mem", default_name="inline")
+    s = parse_scenario(GOOD.replace('name = "t"\n', ""), source="mem", default_name="inline")
     assert (s.name, s.source) == ("inline", "mem")
     with pytest.raises(ScenarioError, match=r"^mem: node: required table is missing$"):
         parse_scenario('name = "x"', source="mem")
@@ -277,7 +276,7 @@ def test_loads_names_the_source() -> None:
 
 def test_synthetic_scenario() -> None:
     """Scenario.synthetic builds a node with enough devices for its pods."""
-    s = Scenario.synthetic(100, devices_per_pod=1, exclusive_every=10)
+    s = synthetic_scenario(100, devices_per_pod=1, exclusive_every=10)
     assert s.pod_count == 100
     assert s == synthetic_scenario(100, devices_per_pod=1, exclusive_every=10)
     assert len(s.node.devices) == 100 and all(GPU_UUID.match(d.id) for d in s.node.devices)
@@ -363,7 +362,7 @@ def test_sysfs_writer_explicit_numa_layout(tmp_path: Path) -> None:
     text = GOOD.replace(
         "numa_nodes = 2\ncpus_per_numa_node = 2", 'numa_cpus = ["0-1,4-5", "2-3,6-7"]'
     )
-    s = Scenario.loads(text)
+    s = parse_scenario(text)
     root = write_sysfs(s.node, tmp_path)
     assert (root / "devices/system/node/node1/cpulist").read_text() == "2-3,6-7\n"
     assert (root / "devices/system/cpu/online").read_text() == "0-7\n"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-from podres_sim.scenario import (
+from podres_sim.scenario.records import (
     ContainerSpec,
     DeviceSpec,
     KubeletBehaviour,

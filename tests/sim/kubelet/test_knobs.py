@@ -12,9 +12,9 @@ from podres_exporter.core.errors import ScenarioError
 from podres_exporter.core.model import PodAlloc, Support
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
-from podres_sim import Scenario, SimKubelet
-from podres_sim.node import Node
-from podres_sim.scenario_toml import load_builtin
+from podres_sim import SimKubelet
+from podres_sim.kubelet.node import Node
+from podres_sim.scenario import load_builtin, parse_scenario
 
 MakeSim = Callable[..., SimKubelet]
 
@@ -137,15 +137,15 @@ finished = true
 name = "c"
 cpu = 1
 """
-    sc = Scenario.loads(text)
+    sc = parse_scenario(text)
     assert (sc.pods[0].cpu_m, sc.pods[0].memory, sc.pods[0].finished) == (2000, 2**30, True)
     assert sc.kubelet.pod_level_resources and not sc.kubelet.list_active_only
     with pytest.raises(ScenarioError, match=r"pods\[0\]\.cpu"):
-        Scenario.loads(text.replace('cpu = "2"', 'cpu = "500m"'))
+        parse_scenario(text.replace('cpu = "2"', 'cpu = "500m"'))
     with pytest.raises(ScenarioError, match=r"kubelet\.dra_share_ids"):
-        Scenario.loads(text.replace("[kubelet]", '[kubelet]\ndra_share_ids = "yes"'))
+        parse_scenario(text.replace("[kubelet]", '[kubelet]\ndra_share_ids = "yes"'))
     with pytest.raises(ScenarioError, match=r"pods\[0\]\.finished"):
-        Scenario.loads(text.replace("finished = true", "finished = 1"))
+        parse_scenario(text.replace("finished = true", "finished = 1"))
 
 
 def test_host_shows_running_pods_cgroups_and_finished_pods_logs(make_sim: MakeSim) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from podres_exporter.sources.sysfs import read_devices
 from podres_sim import load_builtin
-from podres_sim.devtree import (
+from podres_sim.host import (
     NetStats,
     NicPf,
     NicVf,

@@ -50,17 +50,25 @@ import heapq
 import random
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
 
 import structlog
 
 from podres_exporter.core.errors import AdmissionError, PreStartError
-from podres_sim.devicemanager import SimDeviceManager
+from podres_sim.kubelet.devicemanager import SimDeviceManager
+from podres_sim.kubelet.pods import (
+    ChurnEvent,
+    ClaimGrant,
+    ContainerState,
+    DeviceGrant,
+    MemoryGrant,
+    NodeSnapshot,
+    PodKey,
+    PodState,
+)
+from podres_sim.kubelet.pools import AdmissionFailure, Hold, NumaKey, Pools
 from podres_sim.scenario import (
     MEMORY_TYPE,
-    ClaimDeviceSpec,
-    ContainerKind,
     ContainerSpec,
     DeviceSpec,
     NodeSpec,
@@ -69,141 +77,14 @@ from podres_sim.scenario import (
     Scenario,
 )
 
-__all__ = [
-    "ChurnEvent",
-    "ClaimGrant",
-    "ContainerState",
-    "DeviceGrant",
-    "MemoryGrant",
-    "Node",
-    "NodeSnapshot",
-    "PodState",
-]
+__all__ = ["Node"]
 
 log = structlog.get_logger("podres_sim")
 
-PodKey = tuple[str, str]  # (namespace, name)
-_NumaKey = tuple[int, ...] | None
 
 # The alphabet Kubernetes uses for generated name suffixes (no vowels, no 0/1/3).
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _ADMISSION_ERROR = "UnexpectedAdmissionError"
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceGrant:
-    """One device held by a container; ``numa`` None: the device has no topology."""
-
-    resource: str
-    device_id: str
-    numa: tuple[int, ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryGrant:
-    """Memory of one type pinned to a group of NUMA nodes (or allocatable on one)."""
-
-    memory_type: str
-    size: int
-    numa: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimGrant:
-    """A DRA claim of a container, with the pod's name filled in."""
-
-    name: str
-    namespace: str
-    devices: tuple[ClaimDeviceSpec, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerState:
-    """What one container holds; everything empty for a shared, device-less container."""
-
-    name: str
-    kind: ContainerKind = "app"
-    cpu_ids: tuple[int, ...] = ()
-    devices: tuple[DeviceGrant, ...] = ()
-    memory: tuple[MemoryGrant, ...] = ()
-    claims: tuple[ClaimGrant, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        """True when the container holds nothing at all."""
-        return not (self.cpu_ids or self.devices or self.memory or self.claims)
-
-
-@dataclass(frozen=True, slots=True)
-class PodState:
-    """An admitted (Running), rejected (Failed) or finished (Succeeded) pod, with its
-    containers in the kubelet's order: restartable sidecars first, then app containers.
-    ``cpu_ids`` and ``memory``: its pod-level resources (empty without them)."""
-
-    namespace: str
-    name: str
-    spec: PodSpec
-    containers: tuple[ContainerState, ...]
-    phase: Literal["Running", "Failed", "Succeeded"] = "Running"
-    reason: str = ""
-    message: str = ""
-    cpu_ids: tuple[int, ...] = ()
-    memory: tuple[MemoryGrant, ...] = ()
-
-    @property
-    def key(self) -> PodKey:
-        """``(namespace, name)``."""
-        return (self.namespace, self.name)
-
-    @property
-    def admitted(self) -> bool:
-        """False for a pod rejected at admission (True for a finished one)."""
-        return self.phase != "Failed"
-
-    @property
-    def active(self) -> bool:
-        """True for a running pod (what List shows from 1.34)."""
-        return self.phase == "Running"
-
-    @property
-    def qos(self) -> QoS:
-        """The pod's QoS class."""
-        return self.spec.effective_qos
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSnapshot:
-    """A consistent view of the node, taken under its lock.
-
-    ``allocatable_cpus`` is empty under CPU policy ``none``; ``healthy_devices`` are
-    the devices GetAllocatableResources reports; ``allocatable_memory`` has one block
-    per NUMA node per type under the static memory manager, else nothing.
-    ``generation`` increases with every change.
-    """
-
-    pods: tuple[PodState, ...]
-    allocatable_cpus: tuple[int, ...]
-    healthy_devices: tuple[DeviceSpec, ...]
-    allocatable_memory: tuple[MemoryGrant, ...]
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class ChurnEvent:
-    """One churn step: the pod deleted and its replacement."""
-
-    removed: PodState
-    added: PodState
-
-
-@dataclass(slots=True)
-class _Hold:
-    """What a pod took, so that it can be given back exactly."""
-
-    cpus: list[int] = field(default_factory=list)
-    devices: list[tuple[str, str]] = field(default_factory=list)
-    memory: list[tuple[str, int, int]] = field(default_factory=list)  # type, NUMA node, bytes
-    plugin_pod: str | None = None  # the device manager's key of a pod holding plugin devices
 
 
 @dataclass(slots=True)
@@ -213,7 +94,7 @@ class _Staged:
 
     spec: PodSpec
     name: str
-    hold: _Hold
+    hold: Hold
     containers: list[ContainerState]
     plugin: list[tuple[int, dict[str, int], int | None]]  # container index, needs, NUMA hint
     failure: tuple[str, str] | None = None  # reason, message
@@ -222,10 +103,6 @@ class _Staged:
     @property
     def key(self) -> PodKey:
         return (self.spec.namespace, self.name)
-
-
-class _AdmissionFailure(Exception):
-    pass
 
 
 class Node:
@@ -244,35 +121,16 @@ class Node:
         self._dm = device_manager
         self._admitting: dict[PodKey, bool] = {}  # staged pods; True: a rejected one, again
         self._cancelled: set[PodKey] = set()  # removed while being admitted
-        self._plugin_free: dict[str, dict[_NumaKey, int]] = {}  # while staging
+        self._plugin_free: dict[str, dict[NumaKey, int]] = {}  # while staging
         self._plugin_cache: tuple[int, tuple[str, ...], tuple[DeviceSpec, ...]] | None = None
         self._seed = seed
         self._lock = threading.RLock()
         self._rng = random.Random(seed)
         self._generation = 0
-        self._cpu_numa = dict(spec.cpu_to_numa)
-        self._free_cpus: list[list[int]] = [[] for _ in range(spec.numa_nodes)]
-        if spec.cpu_policy == "static":
-            for cpu in spec.allocatable_cpus:
-                self._free_cpus[self._cpu_numa[cpu]].append(cpu)
-            for heap in self._free_cpus:
-                heapq.heapify(heap)
-        self._devices: list[DeviceSpec] = list(spec.devices)
-        self._dev_index: dict[tuple[str, str], int] = {
-            (d.resource, d.id): i for i, d in enumerate(spec.devices)
-        }
-        self._free_dev: dict[str, dict[_NumaKey, list[int]]] = {}
-        self._parked: set[int] = set()  # free but unhealthy
-        for i, d in enumerate(spec.devices):
-            if d.healthy:
-                self._free_dev.setdefault(d.resource, {}).setdefault(d.numa, []).append(i)
-            else:
-                self._free_dev.setdefault(d.resource, {})
-                self._parked.add(i)
+        self._pools = Pools(spec)
         self._healthy_cache: tuple[DeviceSpec, ...] | None = None
-        self._free_mem: dict[str, list[int]] = {t: list(s) for t, s in spec.memory.items()}
         self._pods: dict[PodKey, PodState] = {}
-        self._holds: dict[PodKey, _Hold] = {}
+        self._holds: dict[PodKey, Hold] = {}
         self._prefixes: dict[tuple[str, str, str], str] = {}
         self._needs_cache: dict[
             tuple[int, str, bool], tuple[ContainerSpec, tuple[int, dict[str, int], dict[str, int]]]
@@ -348,7 +206,7 @@ class Node:
         """A consistent view of pods and allocatable resources."""
         with self._lock:
             if self._healthy_cache is None:
-                self._healthy_cache = tuple(d for d in self._devices if d.healthy)
+                self._healthy_cache = tuple(d for d in self._pools.devices if d.healthy)
             memory: tuple[MemoryGrant, ...] = ()
             if self._spec.memory_policy == "static":
                 memory = tuple(
@@ -378,20 +236,20 @@ class Node:
     def free_cpus(self) -> frozenset[int]:
         """Allocatable CPUs that no container holds exclusively."""
         with self._lock:
-            return frozenset(c for heap in self._free_cpus for c in heap)
+            return frozenset(c for heap in self._pools.free_cpus for c in heap)
 
     def free_devices(self, resource: str) -> frozenset[str]:
         """Healthy devices of ``resource`` that no container holds."""
         with self._lock:
             if resource in self._plugin:
                 return self._dm.free_devices(resource) if self._dm else frozenset()
-            buckets = self._free_dev.get(resource, {})
-            return frozenset(self._devices[i].id for heap in buckets.values() for i in heap)
+            buckets = self._pools.free_dev.get(resource, {})
+            return frozenset(self._pools.devices[i].id for heap in buckets.values() for i in heap)
 
     def free_memory(self) -> dict[str, tuple[int, ...]]:
         """Pinnable memory left per type, per NUMA node."""
         with self._lock:
-            return {t: tuple(v) for t, v in self._free_mem.items()}
+            return {t: tuple(v) for t, v in self._pools.free_mem.items()}
 
     def device_healthy(self, resource: str, device_id: str) -> bool:
         """Whether a device is healthy now; KeyError for an unknown device."""
@@ -402,7 +260,7 @@ class Node:
                 if not found:
                     raise KeyError((resource, device_id))
                 return found[0]
-            return self._devices[self._dev_index[(resource, device_id)]].healthy
+            return self._pools.devices[self._pools.dev_index[(resource, device_id)]].healthy
 
     # ------------------------------------------------------------------ changes
 
@@ -499,20 +357,20 @@ class Node:
         leaves the allocatable list and is not handed out; a container holding it
         keeps it."""
         with self._lock:
-            i = self._dev_index[(resource, device_id)]
-            dev = self._devices[i]
+            i = self._pools.dev_index[(resource, device_id)]
+            dev = self._pools.devices[i]
             if dev.healthy == healthy:
                 return
-            self._devices[i] = replace(dev, healthy=healthy)
+            self._pools.devices[i] = replace(dev, healthy=healthy)
             self._healthy_cache = None
-            heap = self._free_dev[resource].setdefault(dev.numa, [])
-            if healthy and i in self._parked:
-                self._parked.discard(i)
+            heap = self._pools.free_dev[resource].setdefault(dev.numa, [])
+            if healthy and i in self._pools.parked:
+                self._pools.parked.discard(i)
                 heapq.heappush(heap, i)
             elif not healthy and i in heap:
                 heap.remove(i)
                 heapq.heapify(heap)
-                self._parked.add(i)
+                self._pools.parked.add(i)
             self._generation += 1
 
     # ------------------------------------------------------------------ internals
@@ -573,13 +431,13 @@ class Node:
         self._admitting[(spec.namespace, name)] = retry
         qos = spec.effective_qos
         pinned = self._spec.memory_policy == "static" and qos == "Guaranteed"
-        staged = _Staged(spec, name, _Hold(), [], [])
+        staged = _Staged(spec, name, Hold(), [], [])
         dm = self._dm
         self._plugin_free = {}
         if dm is not None:
             for r in self._plugin:
                 free = dm.free_devices(r)
-                counts: dict[_NumaKey, int] = {}
+                counts: dict[NumaKey, int] = {}
                 for d in dm.devices(r):
                     if d.id in free:
                         counts[d.numa] = counts.get(d.numa, 0) + 1
@@ -599,7 +457,7 @@ class Node:
                 if want:
                     staged.plugin.append((i, want, hint))
             staged.pod_level = self._pod_level(spec, staged.containers, qos, pinned, staged.hold)
-        except _AdmissionFailure as exc:
+        except AdmissionFailure as exc:
             self._release(staged.hold)
             staged.failure = (_ADMISSION_ERROR, str(exc))
         finally:
@@ -678,7 +536,7 @@ class Node:
     def _admit(self, spec: PodSpec, name: str) -> PodState:
         qos = spec.effective_qos
         pinned = self._spec.memory_policy == "static" and qos == "Guaranteed"
-        hold = _Hold()
+        hold = Hold()
         containers: list[ContainerState] = []
         try:
             for c in spec.listed_containers:
@@ -693,7 +551,7 @@ class Node:
                     )[0]
                 )
             cpu_ids, memory = self._pod_level(spec, containers, qos, pinned, hold)
-        except _AdmissionFailure as exc:
+        except AdmissionFailure as exc:
             self._release(hold)
             state = PodState(
                 namespace=spec.namespace,
@@ -719,7 +577,7 @@ class Node:
         *,
         qos: QoS,
         pinned: bool,
-        hold: _Hold,
+        hold: Hold,
         namespace: str,
         pod_name: str,
     ) -> tuple[ContainerState, int | None]:
@@ -732,7 +590,7 @@ class Node:
         ncpu, devices, memory = self._needs(c, qos, pinned)
         if not (ncpu or devices or memory):
             return ContainerState(c.name, c.kind, claims=claims), None
-        self._check_totals(c.name, ncpu, devices, memory)
+        self._pools.check_totals(c.name, ncpu, devices, memory)
         plugin = (
             {r: n for r, n in c.devices.items() if n > 0 and r in self._plugin_free}
             if self._plugin_free
@@ -743,25 +601,29 @@ class Node:
             (
                 n
                 for n in range(self._spec.numa_nodes)
-                if self._fits(n, ncpu, devices, memory) and self._plugin_fits(n, plugin)
+                if self._pools.fits(n, ncpu, devices, memory) and self._plugin_fits(n, plugin)
             ),
             None,
         )
         if numa is not None:
-            cpus = self._take_cpus(ncpu, (numa,))
+            cpus = self._pools.take_cpus(ncpu, (numa,))
             prefer: int | None = numa
             group: tuple[int, ...] = (numa,)
         else:
             # No single NUMA node holds it all: spill, starting where most CPUs are free.
-            order = sorted(range(self._spec.numa_nodes), key=lambda n: -len(self._free_cpus[n]))
-            cpus = self._take_cpus(ncpu, tuple(order))
-            prefer = self._cpu_numa[cpus[0]] if cpus else self._best_device_node(devices)
-            group = self._memory_group(memory, prefer or 0)
+            order = sorted(
+                range(self._spec.numa_nodes), key=lambda n: -len(self._pools.free_cpus[n])
+            )
+            cpus = self._pools.take_cpus(ncpu, tuple(order))
+            prefer = (
+                self._pools.cpu_numa[cpus[0]] if cpus else self._pools.best_device_node(devices)
+            )
+            group = self._pools.memory_group(memory, prefer or 0)
         hold.cpus.extend(cpus)
         grants: list[DeviceGrant] = []
         for resource, count in devices.items():
-            grants.extend(self._take_devices(resource, count, prefer, hold))
-        mem_grants = self._take_memory(memory, group, hold)
+            grants.extend(self._pools.take_devices(resource, count, prefer, hold))
+        mem_grants = self._pools.take_memory(memory, group, hold)
         state = ContainerState(
             c.name,
             c.kind,
@@ -778,36 +640,36 @@ class Node:
         containers: list[ContainerState],
         qos: QoS,
         pinned: bool,
-        hold: _Hold,
+        hold: Hold,
     ) -> tuple[tuple[int, ...], tuple[MemoryGrant, ...]]:
         """The pod-level CPU set and memory of a pod with pod-level resources (lock
         held): its containers' exclusive CPUs and pinned memory, plus the rest of its
         budget (its private shared pool), taken near them."""
         budget = spec.pod_exclusive_cpus(self._spec.cpu_policy)
         taken = [cpu for c in containers for cpu in c.cpu_ids]
-        near = self._cpu_numa[taken[0]] if taken else None
+        near = self._pools.cpu_numa[taken[0]] if taken else None
         extra: list[int] = []
         if budget > len(taken):
-            self._check_totals(spec.name, budget - len(taken), {}, {})
+            self._pools.check_totals(spec.name, budget - len(taken), {}, {})
             order = sorted(
                 range(self._spec.numa_nodes),
-                key=lambda n: (n != near, -len(self._free_cpus[n]), n),
+                key=lambda n: (n != near, -len(self._pools.free_cpus[n]), n),
             )
-            extra = self._take_cpus(budget - len(taken), order)
+            extra = self._pools.take_cpus(budget - len(taken), order)
             hold.cpus.extend(extra)
         cpu_ids = tuple(sorted((*taken, *extra))) if budget else ()
         if not (pinned and spec.memory):
             return cpu_ids, ()
         claimed = sum(g.size for c in containers for g in c.memory if g.memory_type == MEMORY_TYPE)
-        start = near if near is not None else (self._cpu_numa[extra[0]] if extra else 0)
+        start = near if near is not None else (self._pools.cpu_numa[extra[0]] if extra else 0)
         blocks: dict[tuple[str, tuple[int, ...]], int] = {}
         for c in containers:
             for g in c.memory:
                 blocks[(g.memory_type, g.numa)] = blocks.get((g.memory_type, g.numa), 0) + g.size
         rest = {MEMORY_TYPE: spec.memory - claimed} if spec.memory > claimed else {}
         if rest:
-            self._check_totals(spec.name, 0, {}, rest)
-            for g in self._take_memory(rest, self._memory_group(rest, start), hold):
+            self._pools.check_totals(spec.name, 0, {}, rest)
+            for g in self._pools.take_memory(rest, self._pools.memory_group(rest, start), hold):
                 blocks[(g.memory_type, g.numa)] = blocks.get((g.memory_type, g.numa), 0) + g.size
         memory = tuple(MemoryGrant(t, size, numa) for (t, numa), size in sorted(blocks.items()))
         return cpu_ids, memory
@@ -828,42 +690,6 @@ class Node:
         self._needs_cache[key] = (c, needs)
         return needs
 
-    def _check_totals(
-        self, container: str, ncpu: int, devices: Mapping[str, int], memory: Mapping[str, int]
-    ) -> None:
-        free = sum(len(h) for h in self._free_cpus)
-        if ncpu > free:
-            raise _AdmissionFailure(
-                f"Allocate failed due to not enough cpus available to satisfy request: "
-                f"requested={ncpu}, available={free} (container {container})"
-            )
-        for resource, count in devices.items():
-            have = sum(len(h) for h in self._free_dev.get(resource, {}).values())
-            if count > have:
-                raise _AdmissionFailure(
-                    f"Allocate failed due to requested number of devices unavailable for "
-                    f"{resource}. Requested: {count}, Available: {have}"
-                )
-        for mtype, size in memory.items():
-            have = sum(self._free_mem.get(mtype, ()))
-            if size > have:
-                raise _AdmissionFailure(
-                    f"Allocate failed due to [memorymanager] failed to find NUMA nodes to "
-                    f"extend the current topology hint: {mtype} requested={size}, free={have}"
-                )
-
-    def _fits(
-        self, n: int, ncpu: int, devices: Mapping[str, int], memory: Mapping[str, int]
-    ) -> bool:
-        if len(self._free_cpus[n]) < ncpu:
-            return False
-        for resource, count in devices.items():
-            buckets = self._free_dev.get(resource, {})
-            near = sum(len(h) for k, h in buckets.items() if k is None or n in k)
-            if near < count:
-                return False
-        return all(self._free_mem[t][n] >= size for t, size in memory.items())
-
     def _plugin_fits(self, n: int, plugin: Mapping[str, int]) -> bool:
         """Whether NUMA node ``n`` has enough free plugin devices (as seen at staging)."""
         for resource, count in plugin.items():
@@ -872,86 +698,8 @@ class Node:
                 return False
         return True
 
-    def _best_device_node(self, devices: Mapping[str, int]) -> int | None:
-        if not devices:
-            return None
-        counts = [0] * self._spec.numa_nodes
-        for resource in devices:
-            for key, heap in self._free_dev.get(resource, {}).items():
-                for n in key or ():
-                    counts[n] += len(heap)
-        return max(range(len(counts)), key=lambda n: (counts[n], -n))
-
-    def _take_cpus(self, count: int, order: Iterable[int]) -> list[int]:
-        taken: list[int] = []
-        for n in order:
-            heap = self._free_cpus[n]
-            while heap and len(taken) < count:
-                taken.append(heapq.heappop(heap))
-        return taken
-
-    def _take_devices(
-        self, resource: str, count: int, prefer: int | None, hold: _Hold
-    ) -> list[DeviceGrant]:
-        buckets = self._free_dev[resource]
-
-        def rank(key: _NumaKey) -> tuple[int, int]:
-            if prefer is not None and key == (prefer,):
-                return (0, 0)
-            if prefer is not None and key is not None and prefer in key:
-                return (1, len(key))
-            if key is None:
-                return (2, 0)
-            return (3, key[0])
-
-        taken: list[DeviceGrant] = []
-        for key in sorted(buckets, key=rank):
-            heap = buckets[key]
-            while heap and len(taken) < count:
-                dev = self._devices[heapq.heappop(heap)]
-                hold.devices.append((dev.resource, dev.id))
-                taken.append(DeviceGrant(dev.resource, dev.id, dev.numa))
-        return taken
-
-    def _memory_group(self, memory: Mapping[str, int], start: int) -> tuple[int, ...]:
-        order = [start] + [n for n in range(self._spec.numa_nodes) if n != start]
-        group: list[int] = []
-        for n in order:
-            group.append(n)
-            if all(sum(self._free_mem[t][g] for g in group) >= s for t, s in memory.items()):
-                break
-        return tuple(sorted(group))
-
-    def _take_memory(
-        self, memory: Mapping[str, int], group: tuple[int, ...], hold: _Hold
-    ) -> tuple[MemoryGrant, ...]:
-        grants: list[MemoryGrant] = []
-        for mtype, size in memory.items():
-            left = size
-            for n in group:
-                part = min(left, self._free_mem[mtype][n])
-                if part:
-                    self._free_mem[mtype][n] -= part
-                    hold.memory.append((mtype, n, part))
-                    left -= part
-            grants.append(MemoryGrant(mtype, size, group))
-        return tuple(grants)
-
-    def _release(self, hold: _Hold) -> None:
-        for cpu in hold.cpus:
-            heapq.heappush(self._free_cpus[self._cpu_numa[cpu]], cpu)
-        for resource, device_id in hold.devices:
-            i = self._dev_index[(resource, device_id)]
-            dev = self._devices[i]
-            if dev.healthy:
-                heapq.heappush(self._free_dev[resource].setdefault(dev.numa, []), i)
-            else:
-                self._parked.add(i)
-        for mtype, n, size in hold.memory:
-            self._free_mem[mtype][n] += size
+    def _release(self, hold: Hold) -> None:
+        self._pools.give_back(hold)
         if hold.plugin_pod is not None and self._dm is not None:
             self._dm.release(hold.plugin_pod)
         hold.plugin_pod = None
-        hold.cpus.clear()
-        hold.devices.clear()
-        hold.memory.clear()

@@ -9,7 +9,7 @@ For the demo and the tests, everything the exporter reads besides the kubelet:
   container IDs to containers, and a pod cgroup (systemd driver, cgroup v2) under
   ``sys/fs/cgroup/kubepods.slice`` for every running pod: a finished pod keeps its log
   directory and loses its cgroup, as on a real node;
-- a fake NVML (:class:`~podres_sim.fakenvml.FakeNvml`) with the
+- a fake NVML (:class:`~podres_sim.nvml.fake.FakeNvml`) with the
   scenario's GPUs and MIG devices, each running processes of its holders.
 
 :meth:`SimHost.refresh` follows the simulated kubelet's pods (churn included) and
@@ -30,20 +30,14 @@ from pathlib import Path
 from podres_exporter.core.ids import resolve
 from podres_exporter.core.model import Holder
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.devtree import (
-    NetStats,
-    NicPf,
-    NicVf,
-    bump_counters,
-    devices_for_scenario,
-    interface_name,
-    write_device_tree,
-)
-from podres_sim.fakenvml import FakeNvml
-from podres_sim.node import PodState
+from podres_sim.host.counters import bump_counters
+from podres_sim.host.devtree import interface_name, write_device_tree
+from podres_sim.host.hardware import NetStats, NicPf, NicVf
+from podres_sim.host.layout import devices_for_scenario
+from podres_sim.host.topology import write_sysfs
+from podres_sim.kubelet import PodState, SimKubelet
+from podres_sim.nvml import FakeNvml, nvml_for_devices
 from podres_sim.scenario import Scenario
-from podres_sim.server import SimKubelet
-from podres_sim.sysfs import write_sysfs
 
 _TICKS = 100  # USER_HZ of the simulated /proc/stat
 _MLX_VENDOR = "0x15b3"  # Mellanox
@@ -75,7 +69,7 @@ def scenario_nvml(scenario: Scenario, *, clock: Callable[[], float] | None = Non
     for d in scenario.node.devices:
         if d.resource.startswith("nvidia.com/"):
             gpu_resources[d.resource].append((d.id, d.numa))
-    nvml = FakeNvml.from_devices(gpu_resources, seed=scenario.seed, clock=clock)
+    nvml = nvml_for_devices(gpu_resources, seed=scenario.seed, clock=clock)
     # One whole GPU sits idle with its memory still allocated: reserved hardware that
     # nobody uses, what podres_held_device_idle_seconds is for.
     whole = [d.id for d in scenario.node.devices if d.resource == "nvidia.com/gpu"]

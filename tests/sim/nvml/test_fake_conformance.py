@@ -21,7 +21,7 @@ import pytest
 
 from podres_exporter.sources import gpu as gpu_module
 from podres_exporter.sources.gpu import NVML_STRUCTS
-from podres_sim.fakenvml import FakeEventData, FakeNvml
+from podres_sim.nvml import FakeEventData, FakeNvml
 
 _NAME = re.compile(r"^(nvml[A-Z]\w*|NVML\w*)$")
 

@@ -24,8 +24,9 @@ from podres_sim import (
     Scenario,
     SimKubelet,
 )
-from podres_sim.devicemanager import CHECKPOINT, PluginOptions, SimDeviceManager
-from tests.sim.plugin_fixture import Dev, FakePlugin, devs
+from podres_sim.kubelet.devicemanager import CHECKPOINT, PluginOptions, SimDeviceManager
+from podres_sim.scenario import parse_scenario
+from tests.sim.kubelet.plugin_fixture import Dev, FakePlugin, devs
 from tests.support import wait_until
 
 VF = "example.com/vf"
@@ -753,13 +754,13 @@ def test_scenario_device_plugins_table(tmp_path):
     name = "main"
     devices = { "example.com/vf" = 1 }
     """
-    sc = Scenario.loads(text)
+    sc = parse_scenario(text)
     assert sc.device_plugins == DevicePluginsSpec(("example.com/vf",), "dp", 1.5, False)
     assert sc.plugin_resources == ("example.com/vf",)
     sim = SimKubelet(sc, tmp_path / "pr" / "kubelet.sock")
     assert sim.device_manager is not None
     assert sim.device_manager.directory == tmp_path / "pr" / "dp"
-    assert Scenario.loads("[node]\ncpus_per_numa_node = 2").device_plugins is None
+    assert parse_scenario("[node]\ncpus_per_numa_node = 2").device_plugins is None
     with pytest.raises(ValueError, match="must not hold the pod-resources socket"):
         SimKubelet(sc, tmp_path / "x" / "kubelet.sock", device_plugin_dir=tmp_path / "x")
     bad = {
@@ -774,4 +775,4 @@ def test_scenario_device_plugins_table(tmp_path):
     )
     for line, where in bad.items():
         with pytest.raises(ScenarioError, match=where):
-            Scenario.loads(f"[device_plugins]\n{line}\n{node}")
+            parse_scenario(f"[device_plugins]\n{line}\n{node}")

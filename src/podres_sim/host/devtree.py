@@ -19,228 +19,37 @@ written in the kernel's (microwatts, millidegrees, microjoules). Files the kerne
 cannot answer are left out: a link's ``carrier`` is not written when the spec says
 None (the kernel answers EINVAL there), a hwmon value that is None has no file.
 
-``devices_for_scenario`` derives a plausible tree from a scenario's devices, and
-``bump_counters`` advances every traffic counter and energy meter in a written tree,
-so the demo's NIC counters move over time. It writes the CPU / NUMA files of
-``sim.sysfs.write_sysfs`` not at all: both can share one root.
+The specs are ``host.hardware``'s; ``host.layout.devices_for_scenario`` derives a
+plausible tree from a scenario's devices, and ``host.counters.bump_counters`` advances
+every traffic counter and energy meter in a written tree, so the demo's NIC counters
+move over time. The CPU / NUMA files are ``host.topology.write_sysfs``'s: both can
+share one root.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import random
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from types import MappingProxyType
-from typing import Literal
 
-from podres_sim.scenario import DeviceSpec, NodeSpec, Scenario
+from podres_sim.host.hardware import (
+    Aer,
+    AmdGpu,
+    DeviceTreeSpec,
+    InfinibandHca,
+    IntelGpu,
+    NetStats,
+    NicPf,
+    NicVf,
+    PcieLink,
+    VirtualNic,
+)
 
-__all__ = [
-    "Aer",
-    "AmdGpu",
-    "DeviceTreeSpec",
-    "IbPort",
-    "InfinibandHca",
-    "IntelGpu",
-    "NetStats",
-    "NicPf",
-    "NicVf",
-    "NvidiaGpu",
-    "PcieLink",
-    "VirtualNic",
-    "bump_counters",
-    "devices_for_scenario",
-    "interface_name",
-    "write_device_tree",
-]
-
-
-def _empty() -> Mapping[str, int]:
-    return MappingProxyType({})
-
-
-# ------------------------------------------------------------------------------ specs
-
-
-@dataclass(frozen=True, slots=True)
-class NetStats:
-    """The counters of ``net/<if>/statistics`` (the other statistics files are 0)."""
-
-    rx_bytes: int = 0
-    tx_bytes: int = 0
-    rx_packets: int = 0
-    tx_packets: int = 0
-    rx_errors: int = 0
-    tx_errors: int = 0
-    rx_dropped: int = 0
-    tx_dropped: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class PcieLink:
-    """The PCIe link of a function. A speed of None reads ``Unknown``, as a VF's does."""
-
-    speed_gts: float | None = 16.0
-    width: int = 16
-    max_speed_gts: float | None = 16.0
-    max_width: int = 16
-
-
-VF_LINK = PcieLink(None, 0, None, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class Aer:
-    """AER counters to write, by name; the kernel's other names are written as 0."""
-
-    correctable: Mapping[str, int] = field(default_factory=_empty)
-    nonfatal: Mapping[str, int] = field(default_factory=_empty)
-    fatal: Mapping[str, int] = field(default_factory=_empty)
-
-
-@dataclass(frozen=True, slots=True)
-class NicVf:
-    """An SR-IOV virtual function of a ``NicPf``; ``interface`` None: no netdev (vfio-pci)."""
-
-    address: str
-    interface: str | None
-    driver: str = "iavf"
-    vendor_id: str = "0x8086"
-    device_id: str = "0x1889"
-    stats: NetStats = NetStats()
-    operstate: str = "up"
-    carrier: bool | None = True
-    speed_mbps: int | None = 25000
-    link: PcieLink = VF_LINK
-
-
-@dataclass(frozen=True, slots=True)
-class NicPf:
-    """A NIC's physical function, with its VFs (written as siblings, same NUMA node)."""
-
-    address: str
-    interface: str | None
-    numa: int | None = 0
-    vfs: tuple[NicVf, ...] = ()
-    driver: str = "ice"
-    vendor_id: str = "0x8086"
-    device_id: str = "0x159b"
-    class_id: str = "0x020000"
-    link: PcieLink = PcieLink()
-    aer: Aer | None = Aer()
-    stats: NetStats = NetStats()
-    operstate: str = "up"
-    carrier: bool | None = True
-    speed_mbps: int | None = 25000
-    temperature_celsius: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class IbPort:
-    """One port of an HCA. ``counters`` / ``hw_counters`` override the zero defaults."""
-
-    port: int = 1
-    state: str = "ACTIVE"  # DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER
-    rate: str = "200 Gb/sec (4X HDR)"
-    link_layer: str = "InfiniBand"
-    counters: Mapping[str, int] = field(default_factory=_empty)
-    hw_counters: Mapping[str, int] = field(default_factory=_empty)
-
-
-@dataclass(frozen=True, slots=True)
-class InfinibandHca:
-    """An InfiniBand / RDMA HCA function; ``interface``: its IPoIB or Ethernet netdev."""
-
-    address: str
-    device: str = "mlx5_0"
-    numa: int | None = 0
-    ports: tuple[IbPort, ...] = (IbPort(),)
-    interface: str | None = None
-    driver: str = "mlx5_core"
-    vendor_id: str = "0x15b3"
-    device_id: str = "0x101b"
-    class_id: str = "0x020700"
-    link: PcieLink = PcieLink()
-    aer: Aer | None = Aer()
-    stats: NetStats = NetStats()
-    temperature_celsius: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AmdGpu:
-    """An amdgpu card: busy percent and VRAM in the PCI directory, hwmon beside them."""
-
-    address: str
-    card: str = "card0"
-    numa: int | None = 0
-    render: str | None = "renderD128"
-    connectors: tuple[str, ...] = ()  # "DP-1" -> class/drm/card0-DP-1
-    driver: str = "amdgpu"
-    vendor_id: str = "0x1002"
-    device_id: str = "0x74a1"
-    class_id: str = "0x038000"
-    link: PcieLink = PcieLink(32.0, 16, 32.0, 16)
-    aer: Aer | None = Aer()
-    busy_percent: int | None = 0
-    vram_used_bytes: int | None = 0
-    vram_total_bytes: int | None = 192 * 2**30
-    power_watts: float | None = 150.0
-    power_file: Literal["power1_average", "power1_input"] = "power1_average"
-    energy_joules: float | None = None
-    temperature_celsius: float | None = 40.0
-
-
-@dataclass(frozen=True, slots=True)
-class IntelGpu:
-    """An Intel card: i915 GT frequency in ``card<N>/``, xe in ``device/tile0/gt0/freq0/``."""
-
-    address: str
-    card: str = "card1"
-    numa: int | None = 0
-    driver: Literal["i915", "xe"] = "i915"
-    render: str | None = "renderD129"
-    connectors: tuple[str, ...] = ()
-    vendor_id: str = "0x8086"
-    device_id: str = "0x56c0"
-    class_id: str = "0x038000"
-    link: PcieLink = PcieLink()
-    aer: Aer | None = Aer()
-    act_freq_mhz: int | None = 1300
-    cur_freq_mhz: int | None = 1300
-    energy_joules: float | None = 0.0
-    power_watts: float | None = None
-    temperature_celsius: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NvidiaGpu:
-    """An NVIDIA data-centre GPU: a 3D-controller function with no sysfs telemetry."""
-
-    address: str
-    numa: int | None = 0
-    driver: str = "nvidia"
-    vendor_id: str = "0x10de"
-    device_id: str = "0x2330"
-    class_id: str = "0x030200"
-    link: PcieLink = PcieLink(32.0, 16, 32.0, 16)
-    aer: Aer | None = Aer()
-
-
-@dataclass(frozen=True, slots=True)
-class VirtualNic:
-    """A virtual interface (lo, a veth, a bridge): ``devices/virtual/net``, no device link."""
-
-    interface: str
-    operstate: str = "unknown"
-    stats: NetStats = NetStats()
-
-
-DeviceTreeSpec = NicPf | InfinibandHca | AmdGpu | IntelGpu | NvidiaGpu | VirtualNic
+__all__ = ["format_pci_address", "interface_name", "pci_address", "write_device_tree"]
 
 # ---------------------------------------------------------------------- kernel names
 
@@ -332,7 +141,7 @@ _IB_STATES = {"NOP": 0, "DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_D
 _PCI_ADDRESS = re.compile(r"^(?:([0-9a-f]{4}):)?([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
 
 
-def _address(text: str) -> tuple[int, int, int, int] | None:
+def pci_address(text: str) -> tuple[int, int, int, int] | None:
     """``"0000:af:02.1"`` (or ``"af:02.1"``, any case) -> (domain, bus, slot, function)."""
     match = _PCI_ADDRESS.match(text.strip().lower())
     if match is None:
@@ -341,14 +150,14 @@ def _address(text: str) -> tuple[int, int, int, int] | None:
     return int(domain or "0", 16), int(bus, 16), int(slot, 16), int(function)
 
 
-def _format(domain: int, bus: int, slot: int, function: int) -> str:
+def format_pci_address(domain: int, bus: int, slot: int, function: int) -> str:
     return f"{domain:04x}:{bus:02x}:{slot:02x}.{function}"
 
 
 def interface_name(address: str) -> str:
     """The systemd path-based name of a PCI function's netdev: ``0000:af:02.1`` ->
     ``enp175s2f1`` (``P1enp...`` outside domain 0)."""
-    parts = _address(address)
+    parts = pci_address(address)
     if parts is None:
         raise ValueError(f"not a PCI address: {address!r}")
     domain, bus, slot, function = parts
@@ -399,10 +208,10 @@ class _Writer:
 
     def root_port(self, address: str, numa: int | None) -> Path:
         """The directory endpoints on ``address``'s bus hang from (bus 0: the host bridge)."""
-        domain, bus, _, _ = _address(address) or (0, 0, 0, 0)
+        domain, bus, _, _ = pci_address(address) or (0, 0, 0, 0)
         if bus == 0:
             return self.root / "devices" / f"pci{domain:04x}:00"
-        port = _format(domain, bus - 1, 1, 0)
+        port = format_pci_address(domain, bus - 1, 1, 0)
         if port not in self.ports:
             parent = self.root / "devices" / f"pci{domain:04x}:{bus - 1:02x}"
             self.ports[port] = self.function(
@@ -719,13 +528,13 @@ def write_device_tree(root: str | Path, devices: Iterable[DeviceTreeSpec]) -> Pa
         if isinstance(spec, NicPf):
             addresses.extend(vf.address for vf in spec.vfs)
     for address in addresses:
-        if _address(address) is None or address != address.lower() or len(address) != 12:
+        if pci_address(address) is None or address != address.lower() or len(address) != 12:
             raise ValueError(f"not a full lower-case PCI address: {address!r}")
     ports = set()
     for address in addresses:
-        domain, bus, _, _ = _address(address) or (0, 0, 0, 0)
+        domain, bus, _, _ = pci_address(address) or (0, 0, 0, 0)
         if bus:
-            ports.add(_format(domain, bus - 1, 1, 0))
+            ports.add(format_pci_address(domain, bus - 1, 1, 0))
     clashes = sorted({a for a in addresses if addresses.count(a) > 1} | (ports & set(addresses)))
     if clashes:
         raise ValueError(f"PCI addresses used twice (a root port counts): {clashes}")
@@ -734,225 +543,3 @@ def write_device_tree(root: str | Path, devices: Iterable[DeviceTreeSpec]) -> Pa
     for spec in specs:
         writer.spec(spec)
     return root
-
-
-# ---------------------------------------------------------------------------- scenario
-
-
-def _stats(key: str, *, active: bool = True) -> NetStats:
-    rng = random.Random(key)
-    scale = 1 if active else 1000
-    rx_packets = rng.randint(10**5, 10**8) // scale
-    tx_packets = rng.randint(10**5, 10**8) // scale
-    return NetStats(
-        rx_bytes=rx_packets * rng.randint(80, 1500),
-        tx_bytes=tx_packets * rng.randint(80, 1500),
-        rx_packets=rx_packets,
-        tx_packets=tx_packets,
-        rx_errors=rng.choice((0, 0, 0, 1, 3)),
-        tx_errors=0,
-        rx_dropped=rng.randint(0, 200),
-        tx_dropped=rng.choice((0, 0, 2)),
-    )
-
-
-def _numa(spec: DeviceSpec) -> int | None:
-    return spec.numa[0] if spec.numa else None
-
-
-def _nics(devices: Sequence[DeviceSpec], used: set[tuple[int, int]]) -> list[DeviceTreeSpec]:
-    """A PF per PCI bus carrying VF device ids, at ``<bus>:00.0`` (or the next free function)."""
-    groups: dict[tuple[int, int], dict[str, DeviceSpec]] = {}
-    for dev in devices:
-        parts = _address(dev.id)
-        if parts is None:
-            continue
-        domain, bus, _, _ = parts
-        groups.setdefault((domain, bus), {}).setdefault(_format(*parts), dev)
-    out: list[DeviceTreeSpec] = []
-    for (domain, bus), vfs in groups.items():
-        used.update({(domain, bus), (domain, bus - 1)})
-        free = (
-            _format(domain, bus, slot, fn)
-            for slot in range(32)
-            for fn in range(8)
-            if _format(domain, bus, slot, fn) not in vfs
-        )
-        pf_address = next(free, None)
-        if pf_address is None:
-            raise ValueError(f"no PCI function left for the PF on bus {bus:02x}")
-        first = next(iter(vfs.values()))
-        vendor = first.resource.split("/", 1)[0]
-        mellanox = vendor not in ("intel.com",)
-        no_netdev = any(word in first.resource for word in ("dpdk", "vfio"))
-        out.append(
-            NicPf(
-                address=pf_address,
-                interface=interface_name(pf_address),
-                numa=_numa(first),
-                driver="mlx5_core" if mellanox else "ice",
-                vendor_id="0x15b3" if mellanox else "0x8086",
-                device_id="0x101d" if mellanox else "0x159b",
-                stats=_stats(pf_address),
-                vfs=tuple(
-                    NicVf(
-                        address=address,
-                        interface=None if no_netdev else interface_name(address),
-                        driver="vfio-pci" if no_netdev else "mlx5_core" if mellanox else "iavf",
-                        vendor_id="0x15b3" if mellanox else "0x8086",
-                        device_id="0x101e" if mellanox else "0x1889",
-                        stats=_stats(address, active=dev.healthy),
-                        operstate="up" if dev.healthy else "down",
-                        carrier=dev.healthy,
-                        speed_mbps=25000 if dev.healthy else None,
-                    )
-                    for address, dev in sorted(vfs.items())
-                ),
-            )
-        )
-    return out
-
-
-def _gpus(
-    devices: Sequence[DeviceSpec], used: set[tuple[int, int]], numa_nodes: int
-) -> list[DeviceTreeSpec]:
-    """An NVIDIA function per GPU UUID, on a bus in its NUMA node's share of 0x10..0xef."""
-    gpus: dict[str, DeviceSpec] = {}
-    for dev in devices:
-        if dev.resource.startswith("nvidia.com/") and dev.id.startswith("GPU-"):
-            gpus.setdefault(dev.id.split("::", 1)[0], dev)  # time-slicing: "<uuid>::<n>"
-    span = 0xE0 // max(numa_nodes, 1)
-    out: list[DeviceTreeSpec] = []
-    for dev in gpus.values():
-        numa = _numa(dev)
-        lo = 0x10 + span * min(numa or 0, max(numa_nodes - 1, 0))
-        strided = range(lo + 8, lo + span, 0x12)
-        candidates = [*strided, *range(lo, lo + span), *range(2, 0x100)]
-        bus = next((b for b in candidates if (0, b) not in used and (0, b - 1) not in used), None)
-        if bus is None:
-            raise ValueError("no free PCI bus left for another GPU")
-        used.update({(0, bus), (0, bus - 1)})
-        out.append(NvidiaGpu(address=_format(0, bus, 0, 0), numa=numa))
-    return out
-
-
-def devices_for_scenario(scenario: Scenario | NodeSpec) -> list[DeviceTreeSpec]:
-    """A plausible device tree for a scenario's devices, the same on every call.
-
-    Device ids that are PCI addresses (``0000:af:02.1``) become SR-IOV VFs with
-    netdevs named as systemd names them (``enp175s2f1``), under one PF per bus at
-    ``<bus>:00.0`` (or the first function the VFs leave free); a VF of an unhealthy
-    device has its link down. ``nvidia.com/*`` GPU UUIDs (time-sliced replicas
-    ``<uuid>::<n>`` count once) become NVIDIA 3D controllers on the device's NUMA
-    node. ``lo`` is there too; every other device is skipped.
-    """
-    node = scenario.node if isinstance(scenario, Scenario) else scenario
-    used: set[tuple[int, int]] = set()
-    nics = _nics(node.devices, used)
-    gpus = _gpus(node.devices, used, node.numa_nodes)
-    return [VirtualNic("lo", stats=_stats("lo")), *nics, *gpus]
-
-
-# ---------------------------------------------------------------------------- counters
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text(encoding="ascii"))
-    except (OSError, ValueError):
-        return None
-
-
-def _add(root: Path, path: Path, delta: int) -> None:
-    """Add ``delta`` (at least 0) to the integer in ``path``."""
-    try:
-        value = int(path.read_bytes())
-    except (OSError, ValueError):
-        return
-    if delta != 0:
-        _rewrite(root, path, f"{value + delta}\n".encode("ascii"))
-
-
-def _rewrite(root: Path, path: Path, new: bytes) -> None:
-    """Write ``new`` as the content of ``path``.
-
-    In place, as a sysfs attribute changes: the same file, so a reader that keeps it
-    open and reads it again sees the new value. A text no shorter than the old one (a
-    counter's, which only grows) is written over it in one write: no reader sees the
-    file empty or with a character of the old text left at its end. A shorter one
-    replaces the file by a rename."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        if os.fstat(fd).st_size <= len(new):
-            os.pwrite(fd, new, 0)
-            return
-    finally:
-        os.close(fd)
-    tmp = root / ".devtree-counter.tmp"
-    tmp.write_bytes(new)
-    tmp.replace(path)
-
-
-def bump_counters(root: str | Path, rng: random.Random, *, seconds: float = 10.0) -> None:
-    """Advance the counters of a tree ``write_device_tree`` wrote, as ``seconds`` of traffic.
-
-    Every PCI-backed interface that is up receives and sends packets (and now and
-    then drops one or counts an error), every ACTIVE InfiniBand port moves data, and
-    every DRM hwmon energy meter advances by its power. Counters only grow.
-    """
-    root = Path(root)
-    net = root / "class" / "net"
-    for name in sorted(os.listdir(net)) if net.is_dir() else []:
-        iface = net / name
-        if not (iface / "device").exists():
-            continue
-        try:
-            if (iface / "operstate").read_text(encoding="ascii").strip() != "up":
-                continue
-        except OSError:
-            continue
-        stats = iface / "statistics"
-        for direction in ("rx", "tx"):
-            packets = int(rng.uniform(100, 20_000) * seconds)
-            _add(root, stats / f"{direction}_packets", packets)
-            _add(root, stats / f"{direction}_bytes", packets * rng.randint(80, 1500))
-            if rng.random() < 0.05:
-                _add(root, stats / f"{direction}_dropped", rng.randint(1, 20))
-            if rng.random() < 0.01:
-                _add(root, stats / f"{direction}_errors", 1)
-    ib = root / "class" / "infiniband"
-    for device in sorted(os.listdir(ib)) if ib.is_dir() else []:
-        ports = ib / device / "ports"
-        for port in sorted(os.listdir(ports)) if ports.is_dir() else []:
-            p = ports / port
-            try:
-                if not (p / "state").read_text(encoding="ascii").strip().endswith("ACTIVE"):
-                    continue
-            except OSError:
-                continue
-            for direction, unicast in (("rcv", "unicast_rcv"), ("xmit", "unicast_xmit")):
-                packets = int(rng.uniform(1_000, 200_000) * seconds)
-                _add(root, p / "counters" / f"port_{direction}_packets", packets)
-                _add(root, p / "counters" / f"{unicast}_packets", packets)
-                _add(root, p / "counters" / f"port_{direction}_data", packets * 1024)
-    drm = root / "class" / "drm"
-    for card in sorted(os.listdir(drm)) if drm.is_dir() else []:
-        if not re.fullmatch(r"card\d+", card):
-            continue
-        hwmon = drm / card / "device" / "hwmon"
-        for h in sorted(os.listdir(hwmon)) if hwmon.is_dir() else []:
-            power = next(
-                (
-                    v
-                    for v in (_read_int(hwmon / h / f) for f in ("power1_average", "power1_input"))
-                    if v is not None
-                ),
-                round(rng.uniform(50, 300) * 1_000_000),
-            )
-            _add(root, hwmon / h / "energy1_input", int(power * seconds))
-        busy = drm / card / "device" / "gpu_busy_percent"
-        if busy.is_file():
-            _rewrite(root, busy, f"{rng.randint(0, 100)}\n".encode("ascii"))

@@ -15,7 +15,7 @@ import pytest
 
 from podres_exporter.cli import main
 from podres_exporter.core.errors import ScenarioError
-from podres_sim.scenario_toml import scenario_from_dict
+from podres_sim.scenario import scenario_from_dict
 
 GOOD = """
 name = "tiny"
@@ -129,7 +129,7 @@ def test_any_value_anywhere_is_a_scenario_error_or_accepted(name: str) -> None:
     """Each key of a shipped scenario given each wrong type in turn: the scenario loads
     or a ScenarioError names the source; nothing else escapes (a TypeError, an
     OverflowError would be a traceback in `podres demo`)."""
-    text = resources.files("podres_sim").joinpath("scenarios", f"{name}.toml")
+    text = resources.files("podres_sim.scenario").joinpath("files", f"{name}.toml")
     data = tomllib.loads(text.read_text(encoding="utf-8"))
     tried = 0
     for path in _paths(data):

@@ -1,4 +1,5 @@
-"""FakeNvml builders: from kubelet device ids, determinism, animation."""
+"""The NVML planner (nvml_for_devices: kubelet device ids, determinism, animation)
+and the fake's with_gpus builder."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from podres_exporter.core.telemetry import GpuInventory
 from podres_exporter.sources.gpu import NvmlBackend
-from podres_sim.fakenvml import FakeNvml
+from podres_sim.nvml import FakeNvml, nvml_for_devices
 
 WHOLE = ["GPU-f38b2ffc-80a4-4f5a-91c9-bc701e7ea419", "GPU-e5121482-3929-4d22-a255-accb1a466884"]
 MIGS = [f"MIG-6513270e-269e-4d37-b2a7-4de452e6b4{i:02d}" for i in range(9)]
@@ -31,9 +32,9 @@ class Clock:
         return self.now
 
 
-def test_from_devices_maps_ids_to_gpus_and_mig_devices() -> None:
+def test_nvml_for_devices_maps_ids_to_gpus_and_mig_devices() -> None:
     """GPU ids become GPUs, shared ids their GPU once, MIG ids MIG devices on parents."""
-    inv = NvmlBackend(FakeNvml.from_devices(RESOURCES, seed=1)).read()
+    inv = NvmlBackend(nvml_for_devices(RESOURCES, seed=1)).read()
     assert inv.available
     gpus = {g.uuid: g for g in inv.gpus}
     whole = {g.uuid for g in inv.gpus if g.parent_uuid is None and not g.mig_enabled}
@@ -54,9 +55,9 @@ def test_from_devices_maps_ids_to_gpus_and_mig_devices() -> None:
     assert len(gpus[SHARED].processes) == 4  # one process per share
 
 
-def test_from_devices_orders_gpus_by_numa_on_distinct_pci_buses() -> None:
+def test_nvml_for_devices_orders_gpus_by_numa_on_distinct_pci_buses() -> None:
     """NVML indexes follow PCI order, NUMA node 0 first, every GPU on its own bus."""
-    inv = NvmlBackend(FakeNvml.from_devices(RESOURCES)).read()
+    inv = NvmlBackend(nvml_for_devices(RESOURCES)).read()
     boards = [g for g in inv.gpus if g.parent_uuid is None]
     assert [g.index for g in boards] == list(range(len(boards)))
     assert [g.numa_node for g in boards] == sorted(g.numa_node or 0 for g in boards)
@@ -65,10 +66,10 @@ def test_from_devices_orders_gpus_by_numa_on_distinct_pci_buses() -> None:
     assert len(set(buses)) == len(buses)
 
 
-def test_from_devices_reads_older_and_gke_ids() -> None:
+def test_nvml_for_devices_reads_older_and_gke_ids() -> None:
     """MIG-GPU-<uuid>/<gi>/<ci>, nvidia<N>, nvidia<N>/vgpu<k> and nvidia<N>/gi<k> ids."""
     parent = "GPU-11111111-2222-4333-8444-555555555555"
-    fake = FakeNvml.from_devices(
+    fake = nvml_for_devices(
         {
             "nvidia.com/mig-3g.40gb": [(f"MIG-{parent}/2/0", 0), (f"MIG-{parent}/1/0", 0)],
             "nvidia.com/gpu": [("nvidia0", None), ("nvidia1/vgpu0", None), ("nvidia1/vgpu1", None)],
@@ -85,10 +86,10 @@ def test_from_devices_reads_older_and_gke_ids() -> None:
     assert len(boards) == 4  # the legacy parent, nvidia0, nvidia1 (shared, once), nvidia2
 
 
-def test_from_devices_reads_ids_as_the_exporter_does() -> None:
+def test_nvml_for_devices_reads_ids_as_the_exporter_does() -> None:
     """Ids resolve by ids.resolve: one GPU per canonical UUID, shares of it included;
     an id of no known shape is a GPU of its own, with a UUID derived from it."""
-    fake = FakeNvml.from_devices(
+    fake = nvml_for_devices(
         {
             "nvidia.com/gpu": [(WHOLE[0].upper(), 0)],
             "nvidia.com/gpu.shared": [(f"{WHOLE[0]}::{i}", 0) for i in range(2)],
@@ -102,17 +103,17 @@ def test_from_devices_reads_ids_as_the_exporter_does() -> None:
     assert len(odd.processes) == 1  # one share seen
 
 
-def test_from_devices_ignores_other_vendors() -> None:
+def test_nvml_for_devices_ignores_other_vendors() -> None:
     """Only nvidia.com resources make GPUs."""
-    inv = NvmlBackend(FakeNvml.from_devices({"amd.com/gpu": [("0000:c1:00.0", 0)]})).read()
+    inv = NvmlBackend(nvml_for_devices({"amd.com/gpu": [("0000:c1:00.0", 0)]})).read()
     assert inv == GpuInventory(available=False, driver_version="550.54.15")
 
 
-def test_from_devices_is_deterministic_per_seed() -> None:
+def test_nvml_for_devices_is_deterministic_per_seed() -> None:
     """The same ids and seed give the same readings; another seed other values."""
 
     def readings(seed: int) -> GpuInventory:
-        backend = NvmlBackend(FakeNvml.from_devices(RESOURCES, seed=seed))
+        backend = NvmlBackend(nvml_for_devices(RESOURCES, seed=seed))
         backend.read()
         return backend.read()
 
@@ -123,7 +124,7 @@ def test_from_devices_is_deterministic_per_seed() -> None:
 def test_animated_values_drift_and_energy_only_grows() -> None:
     """With a clock the fake steps itself: values move, energy never falls."""
     clock = Clock()
-    fake = FakeNvml.from_devices(RESOURCES, seed=3, clock=clock)
+    fake = nvml_for_devices(RESOURCES, seed=3, clock=clock)
     backend = NvmlBackend(fake)
     energy: dict[str, float] = {}
     seen_power: dict[str, set[float | None]] = {}
@@ -147,7 +148,7 @@ def test_animated_values_drift_and_energy_only_grows() -> None:
 def test_animated_gpus_report_process_samples() -> None:
     """Busy animated GPUs have per-process SM shares at every read."""
     clock = Clock()
-    backend = NvmlBackend(FakeNvml.from_devices(RESOURCES, seed=3, clock=clock))
+    backend = NvmlBackend(nvml_for_devices(RESOURCES, seed=3, clock=clock))
     for _ in range(3):
         clock.now += 2
         shared = next(g for g in backend.read().gpus if g.uuid == SHARED)
@@ -158,7 +159,7 @@ def test_animated_gpus_report_process_samples() -> None:
 def test_idle_animated_gpu_has_no_samples() -> None:
     """An animated GPU set idle keeps its processes but reports no SM shares."""
     clock = Clock()
-    fake = FakeNvml.from_devices(RESOURCES, seed=3, clock=clock)
+    fake = nvml_for_devices(RESOURCES, seed=3, clock=clock)
     idle = fake.gpu(WHOLE[0])
     idle.load = 0.0
     backend = NvmlBackend(fake)
@@ -173,7 +174,7 @@ def test_idle_animated_gpu_has_no_samples() -> None:
 
 def test_without_a_clock_nothing_moves() -> None:
     """Without a clock the fake changes only when told (step, mutation)."""
-    fake = FakeNvml.from_devices(RESOURCES, seed=3)
+    fake = nvml_for_devices(RESOURCES, seed=3)
     backend = NvmlBackend(fake)
     first = backend.read()
     assert backend.read().gpus[0].energy_joules_total == first.gpus[0].energy_joules_total
@@ -218,7 +219,7 @@ def test_hang_blocks_every_call_until_release() -> None:
     """hang(): NVML calls block (blocked counts them) until release()."""
     import threading
 
-    fake = FakeNvml.from_devices(RESOURCES, seed=1)
+    fake = nvml_for_devices(RESOURCES, seed=1)
     fake.nvmlInit()
     fake.hang()
     assert fake.hanging

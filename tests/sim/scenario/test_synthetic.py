@@ -11,7 +11,7 @@ import pytest
 
 from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_sim import SimKubelet
-from podres_sim.synthetic import (
+from podres_sim.scenario.synthetic import (
     BENCH_SCENARIOS,
     bench_scenario,
     fleet_scenario,

@@ -1,10 +1,10 @@
 """The scenario schema: the simulated node, the kubelet's behaviour, the pods.
 
-A scenario is plain, frozen data. It comes from a TOML file (``sim.scenario_toml``,
-``Scenario.load``), from one of the files shipped in ``sim/scenarios/``
-(``load_builtin``), or from Python (the dataclasses below, their ``of``/``uniform``
-helpers, ``Scenario.synthetic``). Building one validates it (``sim.scenario_check``).
-Nothing here allocates anything: ``node.Node`` admits the pods.
+A scenario is plain, frozen data. It comes from a TOML file (``scenario.parse``), from
+one of the files the package ships (``scenario.builtin``), from the generators of big
+nodes (``scenario.synthetic``), or from Python (the dataclasses below and their
+``of``/``uniform`` helpers). Building one validates it (``scenario.check``). Nothing
+here allocates anything: ``kubelet.node.Node`` admits the pods.
 
 Requests are requests equal to limits: a container with ``cpu`` and ``memory`` in a
 pod whose every container has both is Guaranteed; under the static CPU policy its
@@ -19,44 +19,39 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
 
 from podres_exporter.core.kube import parse_bytes, parse_millicpu
 from podres_exporter.core.model import ClaimDevice
+from podres_sim.scenario.check import (
+    check_device_plugins,
+    check_kubelet,
+    check_node,
+    check_scenario,
+)
+from podres_sim.scenario.kinds import (
+    MEMORY_TYPE,
+    ApiMode,
+    ContainerKind,
+    CpuPolicy,
+    DeviceGrouping,
+    MemoryPolicy,
+    Naming,
+    QoS,
+    RpcMode,
+)
 
 __all__ = [
-    "MEMORY_TYPE",
-    "ApiMode",
     "ClaimDeviceSpec",
     "ClaimSpec",
-    "ContainerKind",
     "ContainerSpec",
-    "CpuPolicy",
-    "DeviceGrouping",
     "DevicePluginsSpec",
     "DeviceSpec",
     "KubeletBehaviour",
-    "MemoryPolicy",
-    "Naming",
     "NodeSpec",
     "PodSpec",
-    "QoS",
-    "RpcMode",
     "Scenario",
 ]
-
-ApiMode = Literal["v1", "v1alpha1"]
-RpcMode = Literal["served", "disabled", "unimplemented"]
-DeviceGrouping = Literal["per_device", "per_resource"]
-CpuPolicy = Literal["static", "none"]
-MemoryPolicy = Literal["static", "none"]
-ContainerKind = Literal["app", "sidecar", "init"]
-QoS = Literal["Guaranteed", "Burstable", "BestEffort"]
-Naming = Literal["exact", "deployment", "generated", "statefulset", "static"]
-
-MEMORY_TYPE = "memory"
 
 
 def _frozen_map(data: Mapping[str, int] | None) -> Mapping[str, int]:
@@ -98,8 +93,6 @@ class NodeSpec:
     devices: tuple[DeviceSpec, ...] = ()
 
     def __post_init__(self) -> None:
-        from podres_sim.scenario_check import check_node
-
         object.__setattr__(self, "memory", MappingProxyType(dict(self.memory)))
         check_node(self, "<python>", "node")
 
@@ -371,8 +364,6 @@ class KubeletBehaviour:
     dra_share_ids: bool = True
 
     def __post_init__(self) -> None:
-        from podres_sim.scenario_check import check_kubelet
-
         check_kubelet(self)
 
     @classmethod
@@ -411,8 +402,6 @@ class DevicePluginsSpec:
     retry_pending: bool = True
 
     def __post_init__(self) -> None:
-        from podres_sim.scenario_check import check_device_plugins
-
         object.__setattr__(self, "resources", tuple(self.resources))
         check_device_plugins(self)
 
@@ -432,8 +421,6 @@ class Scenario:
     device_plugins: DevicePluginsSpec | None = None
 
     def __post_init__(self) -> None:
-        from podres_sim.scenario_check import check_scenario
-
         check_scenario(self, self.source)
 
     @property
@@ -445,27 +432,3 @@ class Scenario:
     def pod_count(self) -> int:
         """How many pods the scenario admits (replicas included)."""
         return sum(p.replicas for p in self.pods)
-
-    # ---- loaders (sim.scenario_toml, sim.synthetic)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Scenario:
-        """Load a scenario from a TOML file; raise ScenarioError naming the file and key."""
-        from podres_sim.scenario_toml import read_scenario
-
-        return read_scenario(path)
-
-    @classmethod
-    def loads(cls, text: str, **options: str) -> Scenario:
-        """Load a scenario from TOML text (``source=``, ``default_name=`` as
-        ``scenario_toml.parse_scenario`` takes them)."""
-        from podres_sim.scenario_toml import parse_scenario
-
-        return parse_scenario(text, **options)
-
-    @classmethod
-    def synthetic(cls, pods: int = 20000, **options: Any) -> Scenario:
-        """A big node for load and size tests (options as ``synthetic_scenario`` takes them)."""
-        from podres_sim.synthetic import synthetic_scenario
-
-        return synthetic_scenario(pods, **options)

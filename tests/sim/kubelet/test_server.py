@@ -32,6 +32,7 @@ from podres_sim import (
     SimKubelet,
     TokenBucket,
     load_builtin,
+    synthetic_scenario,
 )
 
 MiB = 2**20
@@ -434,7 +435,7 @@ def test_garbage_is_no_protobuf_message(sim: SimKubelet, client: Client) -> None
     bytes are no message a parser accepts."""
     from google.protobuf.message import DecodeError
 
-    from podres_sim.server import GARBAGE
+    from podres_sim.kubelet.server import GARBAGE
 
     sim.answer_garbage()
     assert rpc_error(client.list).code() == grpc.StatusCode.INTERNAL
@@ -503,7 +504,7 @@ def test_socket_path_too_long(tmp_path: Path) -> None:
 
 def test_response_larger_than_4_mib(tmp_path: Path) -> None:
     """A List response over 4 MiB is sent: a 16 MiB client gets it, a default client cannot."""
-    scenario = Scenario.synthetic(20000)
+    scenario = synthetic_scenario(20000)
     with SimKubelet(scenario, tmp_path / "k.sock") as sim:
         big = Client(sim)
         resp = big.list()
