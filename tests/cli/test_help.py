@@ -13,7 +13,7 @@ from podres_exporter.daemon import flags
 from podres_exporter.daemon.options import Option
 from podres_exporter.deviceplugin.main import PLUGIN_OPTIONS
 from podres_exporter.exporter.settings import OPTIONS
-from podres_exporter.top.main import SOURCE_OPTIONS
+from podres_exporter.top.main import INTERVAL, SOURCE_OPTIONS
 from podres_sim import __main__ as sim
 
 COMMANDS = ("export", "demo", "snapshot", "plugin", "top", "sim")
@@ -23,7 +23,7 @@ TABLES: dict[str, tuple[Option, ...]] = {
     "demo": DEMO_OPTIONS,
     "snapshot": SNAPSHOT_OPTIONS,
     "plugin": PLUGIN_OPTIONS,
-    "top": SOURCE_OPTIONS,
+    "top": (*SOURCE_OPTIONS, INTERVAL),
     "sim": sim.OPTIONS,
 }
 

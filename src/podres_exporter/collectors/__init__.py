@@ -2,8 +2,8 @@
 
 Each collector has a default on/off; the exporter's ``--[no-]collector.NAME`` switches
 are generated from :data:`ALL` (``COLLECTOR_SWITCHES`` in
-:mod:`podres_exporter.exporter.settings`, beside the exporter's other options). :func:`collect_all` times every collector,
-catches its failure (the others still flow) and adds
+:mod:`podres_exporter.exporter.settings`, beside the exporter's other options).
+:func:`collect_all` times every collector, catches its failure (the others still flow) and adds
 ``podres_collector_success{collector}`` and ``podres_collector_duration_seconds{collector}``.
 """
 

@@ -145,9 +145,7 @@ class TopConfig:
 def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     """The command line and ``PODRES_TOP_*`` variables (flags win); ConfigError naming a flag."""
     flags = given(ns, (*SOURCE_OPTIONS, INTERVAL))
-    raw = {
-        o.attr: flags.get(o.flag) or env.get(o.env or "", "") for o in (EXPORTER, PROMETHEUS, NODE)
-    }
+    raw = {o.attr: resolve(o, flags, env) or "" for o in (EXPORTER, PROMETHEUS, NODE)}
     if flags.get(EXPORTER.flag) and flags.get(PROMETHEUS.flag):
         raise ConfigError("--exporter and --prometheus are two sources: give one")
     # A variable for one source never fights a flag for the other.
