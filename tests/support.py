@@ -5,9 +5,13 @@ The fixtures that use them live in ``conftest.py``; a test imports these from he
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
+import signal
 import socket
+import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -157,3 +161,25 @@ class Prometheus:
         data = json.loads(body)
         assert data["status"] == "success"
         return list(data["data"]["result"])
+
+
+def run_in_group(
+    args: list[str], *, timeout: float, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` to its end in a session of its own, its output captured as text, and
+    kill its whole process group however the call ends (its own timeout, a test timeout,
+    an interrupt): whatever it started, a benchmark's servers say, does not outlive it."""
+    with subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)

@@ -3,6 +3,7 @@ settings, and config files that cannot be read as TOML."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import threading
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from podres_exporter.daemon.options import (
     duration,
     format_duration,
     format_size,
+    given,
     parse_bool,
     parse_duration,
     parse_listen_address,
@@ -27,6 +29,7 @@ from podres_exporter.daemon.options import (
     parse_patterns,
     parse_size,
     read_toml,
+    resolve,
     resolve_all,
     size,
 )
@@ -140,6 +143,53 @@ def test_the_help_states_default_bound_and_variable() -> None:
     assert sized.shown() == " [default 16Mi; max 1Gi; env PODRES_MAX_MESSAGE]"
     plain = Option("--path.sysfs", "s", parse_path, "/sys", "Root.")
     assert plain.shown() == " [default /sys; env PODRES_PATH_SYSFS]"
+
+
+def test_an_option_reaches_the_command_line_with_its_parsers_placeholder() -> None:
+    """Option.add_to: the metavar comes from the parser, the help ends with the generated
+    part, and only a flag given lands in what :func:`given` returns."""
+    opt = Option("--poll-interval", "p", duration(max_s=3600.0), 10.0, "Time.")
+    path = Option("--path.sysfs", "s", parse_path, "/sys", "Root.")
+    p = argparse.ArgumentParser(prog="x")
+    action = opt.add_to(p)
+    path.add_to(p)
+    assert action.metavar == "DURATION" and action.help == "Time." + opt.shown()
+    assert "--poll-interval DURATION" in p.format_help()
+    assert given(p.parse_args(["--path.sysfs", "/h"]), (opt, path)) == {"--path.sysfs": "/h"}
+
+
+def test_a_parser_without_a_placeholder_must_be_given_one() -> None:
+    """A parser the machinery does not know needs the option's own metavar."""
+    opt = Option("--url", "url", str.strip, None, "Where.")
+    with pytest.raises(TypeError, match="--url: name its metavar"):
+        opt.add_to(argparse.ArgumentParser())
+    named = Option("--url", "url", str.strip, None, "Where.", metavar="URL")
+    assert named.placeholder == "URL"
+
+
+def test_a_switch_is_one_flag_with_two_spellings() -> None:
+    """A switch shows as --[no-]NAME; --NAME gives True, --no-NAME False, neither None."""
+    opt = Option("--collector.gpu", "gpu", parse_bool, True, "Collect.", switch=True)
+    p = argparse.ArgumentParser(prog="x")
+    opt.add_to(p)
+    assert "[--[no-]collector.gpu]" in p.format_usage()
+    text = " ".join(p.format_help().split())
+    assert "--[no-]collector.gpu Collect. [default on; env PODRES_COLLECTOR_GPU]" in text
+    assert given(p.parse_args(["--collector.gpu"]), [opt]) == {"--collector.gpu": True}
+    assert given(p.parse_args(["--no-collector.gpu"]), [opt]) == {"--collector.gpu": False}
+    assert given(p.parse_args([]), [opt]) == {}
+
+
+def test_the_help_says_what_an_unset_option_means_and_whether_it_has_a_variable() -> None:
+    """``fallback`` stands for a default that lives elsewhere; without an ``env_prefix``
+    the option has no variable: the help names none and the environment is not read."""
+    opt = Option("--every", "e", duration(max_s=60.0), None, "", fallback="the file's, else 1s")
+    assert opt.shown() == " [default the file's, else 1s; max 1m; env PODRES_EVERY]"
+    own = Option("--socket", "s", parse_path, None, "", env_prefix=None)
+    assert own.env is None and own.shown() == ""
+    assert resolve(own, {}, {"PODRES_SOCKET": "/s", "None": "/s"}) is None
+    top = Option("--interval", "i", duration(max_s=60.0), 2.0, "", env_prefix="PODRES_TOP_")
+    assert resolve(top, {}, {"PODRES_TOP_INTERVAL": "5s"}) == 5.0
 
 
 @pytest.mark.parametrize(

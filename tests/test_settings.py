@@ -185,6 +185,12 @@ def test_every_duration_and_size_has_an_upper_bound() -> None:
     assert BY_FLAG["--kubelet-max-message-size"].limit == "max 1Gi"  # gRPC stops at 2 GiB
 
 
+def _env(opt: Option) -> str:
+    """The environment variable of an exporter option (every one has one)."""
+    assert opt.env is not None
+    return opt.env
+
+
 def _over(opt: Option) -> str:
     """A value just above ``opt``'s bound."""
     if isinstance(opt.parse, Size):
@@ -205,7 +211,7 @@ def test_a_value_over_the_bound_names_the_key_wherever_it_came_from(
     cfg.write_text(f'{opt.key} = "{_over(opt)}"\n')
     for flags, env, origin in (
         ({opt.flag: _over(opt)}, {}, f"flag {opt.flag}"),
-        ({}, {opt.env: _over(opt)}, f"environment variable {opt.env}"),
+        ({}, {_env(opt): _over(opt)}, f"environment variable {opt.env}"),
         ({}, {}, f"key {opt.key!r} of config file {cfg}"),
     ):
         with pytest.raises(ConfigError) as info:
@@ -230,7 +236,7 @@ def test_sysfs_open_files_takes_a_count_from_zero() -> None:
     opt = BY_FLAG["--sysfs-open-files"]
     assert build({}, {}).sysfs_open_files == DEFAULT_OPEN_FILES == sysfs.DEFAULT_OPEN_FILES
     assert build({opt.flag: "0"}, {}).sysfs_open_files == 0
-    assert build({}, {opt.env: "512"}).sysfs_open_files == 512
+    assert build({}, {_env(opt): "512"}).sysfs_open_files == 512
     for bad in ("-1", "1.5", "lots", "", "٣"):
         with pytest.raises(ConfigError, match=f"invalid value for {opt.flag} .*whole number"):
             build({opt.flag: bad}, {})
@@ -267,7 +273,7 @@ def test_a_source_interval_takes_zero_for_every_poll(flag: str) -> None:
     opt = BY_FLAG[flag]
     assert getattr(build({}, {}), opt.attr) == 0.0
     assert getattr(build({flag: "0"}, {}), opt.attr) == 0.0
-    assert getattr(build({}, {opt.env: "30s"}), opt.attr) == 30.0
+    assert getattr(build({}, {_env(opt): "30s"}), opt.attr) == 30.0
     assert opt.parse.limit == "0 or max 1h"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=f"invalid value for {flag} .*-1s"):
         build({flag: "-1s"}, {})
@@ -285,7 +291,7 @@ def test_a_value_under_the_floor_names_the_key_wherever_it_came_from(
     cfg.write_text(f'{opt.key} = "{under}"\n')
     for flags, env, origin in (
         ({flag: under}, {}, f"flag {flag}"),
-        ({}, {opt.env: under}, f"environment variable {opt.env}"),
+        ({}, {_env(opt): under}, f"environment variable {opt.env}"),
         ({}, {}, f"key {opt.key!r} of config file {cfg}"),
     ):
         with pytest.raises(ConfigError) as info:

@@ -26,7 +26,8 @@ def hangup_restored() -> Iterator[None]:
     [
         (
             ["demo", "--churn-interval", "2h"],
-            "invalid value for --churn-interval: '2h' is more than the maximum, 1h",
+            "invalid value for --churn-interval (from flag --churn-interval): '2h' is more than "
+            "the maximum, 1h",
         ),
         (
             ["demo", "--poll-interval", "61m"],

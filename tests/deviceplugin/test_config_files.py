@@ -134,12 +134,19 @@ def test_a_flag_over_its_bound_exits_2_naming_it(
 def test_the_help_states_the_bounds_and_the_loopback_default(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`podres plugin --help`: each bound, and the metrics on 127.0.0.1:9843 by default."""
+    """`podres plugin --help`: each bound, the resource file's value (or its default) when
+    a flag is unset, and the metrics on 127.0.0.1:9843 by default."""
     with pytest.raises(SystemExit):
         main(["plugin", "--help"], {})
     text = " ".join(capsys.readouterr().out.split())
-    assert f"[{HEALTH_INTERVAL.limit}; env PODRES_HEALTH_INTERVAL]" in text
-    assert f"[{XID_UNHEALTHY_FOR.limit}; env PODRES_XID_UNHEALTHY_FOR]" in text
+    assert (
+        "[default the file's plugin.health_interval, else 500ms; "
+        f"{HEALTH_INTERVAL.limit}; env PODRES_HEALTH_INTERVAL]"
+    ) in text
+    assert (
+        "[default the file's plugin.xid_unhealthy_for, else 5m; "
+        f"{XID_UNHEALTHY_FOR.limit}; env PODRES_XID_UNHEALTHY_FOR]"
+    ) in text
     assert "[default 127.0.0.1:9843; env PODRES_LISTEN_ADDRESS]" in text
 
 

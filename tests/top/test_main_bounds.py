@@ -29,4 +29,6 @@ def test_the_help_states_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
     """`podres top --help` shows the bound beside the default."""
     with pytest.raises(SystemExit):
         main(["top", "--help"], {})
-    assert "default 2s; max 1h]" in " ".join(capsys.readouterr().out.split())
+    assert "default 2s; max 1h; env PODRES_TOP_INTERVAL]" in " ".join(
+        capsys.readouterr().out.split()
+    )

@@ -12,48 +12,73 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from podres_exporter import __version__, collectors
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.daemon import process
+from podres_exporter.daemon.flags import (
+    KUBELET_SOCKET,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    PATH_PROCFS,
+    PATH_SYSFS,
+)
+from podres_exporter.daemon.options import Option, duration, given, parse_text, resolve
 from podres_exporter.deviceplugin.main import add_plugin_parser
-from podres_exporter.exporter.settings import BY_FLAG, OPTIONS, Settings, build
+from podres_exporter.exporter.settings import (
+    BY_FLAG,
+    COLLECTOR_SWITCHES,
+    CONFIG,
+    OPTIONS,
+    Settings,
+    build,
+)
 from podres_exporter.top.main import add_top_parser
 
-_SNAPSHOT_FLAGS = (
-    "--kubelet-socket", "--kubelet-max-message-size", "--kubelet-timeout", "--path.sysfs",
-    "--path.procfs", "--path.pod-logs", "--path.container-logs", "--source-timeout",
-    "--gpu-resources", "--log-level", "--log-format",
+SNAPSHOT_OPTIONS: tuple[Option, ...] = (
+    KUBELET_SOCKET, BY_FLAG["--kubelet-max-message-size"], BY_FLAG["--kubelet-timeout"],
+    PATH_SYSFS, PATH_PROCFS, BY_FLAG["--path.pod-logs"], BY_FLAG["--path.container-logs"],
+    BY_FLAG["--source-timeout"], BY_FLAG["--gpu-resources"], LOG_LEVEL, LOG_FORMAT,
 )  # fmt: skip
-_DEMO_FLAGS = ("--listen-address", "--poll-interval", "--log-level", "--log-format")
+"""The exporter's options that ``podres snapshot`` takes: the reading, not the serving."""
+
+SCENARIO = Option(
+    "--scenario",
+    "scenario",
+    parse_text,
+    "demo",
+    "A built-in scenario, a scenario TOML file, or synthetic:PODS[:N].",
+    metavar="SCENARIO",
+    env_prefix=None,
+)
+CHURN_INTERVAL = Option(
+    "--churn-interval",
+    "churn_interval_s",
+    duration(max_s=3600.0, zero=True),
+    5.0,
+    "Time between simulated pod replacements; 0: none. At most 1h: rarer churn is no churn "
+    "to watch.",
+    env_prefix=None,
+)
+DEMO_OPTIONS: tuple[Option, ...] = (
+    BY_FLAG["--listen-address"], BY_FLAG["--poll-interval"], LOG_LEVEL, LOG_FORMAT,
+)  # fmt: skip
+"""The exporter's options that ``podres demo`` takes (the simulated node sets the rest)."""
+
 # The commands that run until stopped: a SIGHUP never ends them (it reloads, or is ignored).
 _DAEMONS = ("export", "demo", "plugin")
 
 
 def _add_options(
-    p: argparse.ArgumentParser, flags: Sequence[str], *, collector_flags: bool
+    p: argparse.ArgumentParser, options: Sequence[Option], *, collector_flags: bool
 ) -> None:
-    p.add_argument("--config", metavar="FILE", help="TOML config file (also PODRES_CONFIG)")
-    for flag in flags:
-        opt = BY_FLAG[flag]
-        p.add_argument(flag, dest=flag, default=None, metavar="VALUE", help=opt.help + opt.shown())
+    CONFIG.add_to(p)
+    for opt in options:
+        opt.add_to(p)
     if collector_flags:
         group = p.add_argument_group("collectors")
-        for c in collectors.ALL:
-            state = "on" if c.default_enabled else "off"
-            for switch, const, text in (
-                (f"--collector.{c.name}", True, f"enable {c.description} (default {state})"),
-                (f"--no-collector.{c.name}", False, argparse.SUPPRESS),
-            ):
-                group.add_argument(
-                    switch,
-                    dest=f"collector.{c.name}",
-                    action="store_const",
-                    const=const,
-                    default=None,
-                    help=text,
-                )
+        for switch in COLLECTOR_SWITCHES:
+            switch.add_to(group)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -65,22 +90,13 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"podres {__version__}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     export = sub.add_parser("export", help="run the exporter daemon (serves /metrics)")
-    _add_options(export, [o.flag for o in OPTIONS], collector_flags=True)
+    _add_options(export, OPTIONS, collector_flags=True)
     demo = sub.add_parser("demo", help="run the exporter against the built-in simulated node")
-    _add_options(demo, _DEMO_FLAGS, collector_flags=True)
-    demo.add_argument(
-        "--scenario",
-        default="demo",
-        help="built-in scenario name, a TOML file, or synthetic:PODS[:N]",
-    )
-    demo.add_argument(
-        "--churn-interval",
-        default="5s",
-        metavar="DURATION",
-        help="time between simulated pod replacements (0 for none; max 1h)",
-    )
+    _add_options(demo, DEMO_OPTIONS, collector_flags=True)
+    SCENARIO.add_to(demo)
+    CHURN_INTERVAL.add_to(demo)
     snap = sub.add_parser("snapshot", help="print one reading with its accounting as JSON")
-    _add_options(snap, _SNAPSHOT_FLAGS, collector_flags=False)
+    _add_options(snap, SNAPSHOT_OPTIONS, collector_flags=False)
     snap.add_argument(
         "--pod", metavar="NAMESPACE/NAME", help="only this pod (uses Get where served)"
     )
@@ -97,19 +113,15 @@ def parser() -> argparse.ArgumentParser:
 
 def settings_from(ns: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     """Settings from parsed arguments and the environment."""
-    raw: dict[str, Any] = vars(ns)
-    flags = {o.flag: raw[o.flag] for o in OPTIONS if raw.get(o.flag) is not None}
-    coll = {
-        c.name: raw[f"collector.{c.name}"]
-        for c in collectors.ALL
-        if raw.get(f"collector.{c.name}") is not None
-    }
+    switched = given(ns, COLLECTOR_SWITCHES)
     return build(
-        flags,
+        given(ns, OPTIONS),
         env,
-        config_path=ns.config,
+        config_path=getattr(ns, CONFIG.flag),
         collector_names=tuple(collectors.BY_NAME),
-        collector_flags=coll,
+        collector_flags={
+            opt.attr: switched[opt.flag] for opt in COLLECTOR_SWITCHES if opt.flag in switched
+        },
     )
 
 
@@ -141,7 +153,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if ns.command == "demo":
             from podres_exporter.cli.demo import run_demo
 
-            return run_demo(settings, scenario=ns.scenario, churn=ns.churn_interval)
+            raw = vars(ns)
+            return run_demo(
+                settings,
+                scenario=resolve(SCENARIO, raw, environ),
+                churn_s=resolve(CHURN_INTERVAL, raw, environ),
+            )
         from podres_exporter.cli.snapshot import run_snapshot
 
         return run_snapshot(settings, pod=ns.pod, telemetry=ns.telemetry)

@@ -18,7 +18,6 @@ from pathlib import Path
 from podres_exporter.cli.export import Exporter
 from podres_exporter.core.errors import ConfigError, ScenarioError
 from podres_exporter.daemon import process
-from podres_exporter.daemon.options import duration
 from podres_exporter.deviceplugin.main import (
     DevicePlugin,
     PluginSettings,
@@ -28,9 +27,6 @@ from podres_exporter.deviceplugin.main import (
 from podres_exporter.exporter.settings import Settings
 from podres_sim import Scenario, SimKubelet, resolve_scenario
 from podres_sim.host import SimHost
-
-# --churn-interval at most an hour: rarer churn is no churn to watch.
-CHURN_INTERVAL = duration(max_s=3600.0)
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -65,14 +61,10 @@ def _tick(host: SimHost, stop: threading.Event) -> None:
         host.refresh(seconds=1.0)
 
 
-def run_demo(settings: Settings, *, scenario: str, churn: str) -> int:
-    """Serve the demo node until SIGTERM or SIGINT."""
+def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
+    """Serve the demo node until SIGTERM or SIGINT; ``churn_s`` 0: no churn."""
     process.configure_logging(settings.log_level, settings.log_format)
     sc = load_scenario(scenario)
-    try:
-        churn_s = 0.0 if churn.strip() in ("0", "0s") else CHURN_INTERVAL(churn)
-    except ValueError as err:
-        raise ConfigError(f"invalid value for --churn-interval: {err}") from err
     with tempfile.TemporaryDirectory(prefix="podres-demo-") as tmp:
         sim = SimKubelet(sc, Path(tmp) / "kubelet.sock")
         host = SimHost(sim, tmp)

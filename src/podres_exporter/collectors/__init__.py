@@ -1,8 +1,9 @@
 """The registry of collectors and the guarded run over them.
 
-Each collector has a default on/off; ``--collector.NAME`` / ``--no-collector.NAME``
-flags are generated from :data:`ALL`. :func:`collect_all` times every collector,
-catches its failure (the others still flow) and adds
+Each collector has a default on/off; the exporter's ``--[no-]collector.NAME`` switches
+are generated from :data:`ALL` (``COLLECTOR_SWITCHES`` in
+:mod:`podres_exporter.exporter.settings`, beside the exporter's other options).
+:func:`collect_all` times every collector, catches its failure (the others still flow) and adds
 ``podres_collector_success{collector}`` and ``podres_collector_duration_seconds{collector}``.
 """
 

@@ -8,6 +8,12 @@ flag > environment > config file > default. Parsers raise ``ValueError``; resolv
 turns that into a :class:`~podres_exporter.core.errors.ConfigError` naming the flag and
 where the value came from.
 
+:meth:`Option.add_to` is the one way a flag reaches a command line: its metavar comes
+from its parser (``DURATION``, ``SIZE``, ``PATH`` ...), its help ends with what
+:meth:`Option.shown` generates from the declaration (default, bounds, variable), and a
+``switch`` is one ``--[no-]NAME`` argument. The flags several commands share are declared
+once, in :mod:`podres_exporter.daemon.flags`.
+
 A parser takes a string (a flag, a variable) or the TOML value of a config file, and
 refuses a value of another type (an array where a path belongs is no path). Durations
 and sizes are bounded: :func:`duration` and :func:`size` make the parser of an option
@@ -16,11 +22,13 @@ with its upper bound, which the help shows; no duration parsed is longer than
 :func:`check_at_most` checks a relation between two options, naming both.
 
 The exporter's options are in :mod:`podres_exporter.exporter.settings`, the device plugin's
-in :mod:`podres_exporter.deviceplugin.main`; neither imports the other.
+in :mod:`podres_exporter.deviceplugin.main`, ``podres top``'s in
+:mod:`podres_exporter.top.main`; none imports another.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -28,7 +36,7 @@ import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.kube import parse_bytes
@@ -163,6 +171,7 @@ def parse_size(text: str | int, *, max_bytes: int | None = None) -> int:
 class Duration:
     """The parser of a duration option with its bounds (see :func:`duration`)."""
 
+    metavar: ClassVar[str] = "DURATION"
     max_s: float
     min_s: float | None = None
     zero: bool = False  # 0 accepted (it means "off" or "every time": the option says)
@@ -182,6 +191,7 @@ class Duration:
 class Size:
     """The parser of a size option with its upper bound (see :func:`size`)."""
 
+    metavar: ClassVar[str] = "SIZE"
     max_bytes: int
 
     def __call__(self, raw: Any) -> int:
@@ -196,6 +206,7 @@ class Size:
 class Count:
     """The parser of a count option, 0 to ``max_count`` (see :func:`count`)."""
 
+    metavar: ClassVar[str] = "COUNT"
     max_count: int
 
     def __call__(self, raw: Any) -> int:
@@ -309,19 +320,72 @@ def parse_path(text: str) -> str:
     return value
 
 
+def parse_text(text: str) -> str:
+    """Any string, as given (a URL, a name: what uses it checks it)."""
+    return _text(text, "a string")
+
+
+# The placeholder of a value in the help, by its parser (a bounded parser names its own).
+_METAVARS: dict[Callable[[Any], Any], str] = {
+    parse_path: "PATH",
+    parse_listen_address: "ADDRESS",
+    parse_log_level: "LEVEL",
+    parse_log_format: "FORMAT",
+    parse_patterns: "PATTERNS",
+    parse_bool: "BOOL",
+    parse_text: "TEXT",
+}
+
+
+class ArgumentAdder(Protocol):
+    """Where :meth:`Option.add_to` adds a flag: a parser or one of its argument groups."""
+
+    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
+
+
+class _Switch(argparse.Action):
+    """``--NAME`` stores True, ``--no-NAME`` False."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, not (option_string or "").startswith("--no-"))
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One setting: its flag, parser, default and help (unit and why included)."""
+    """One setting: its flag, parser, default and help (unit and why included).
+
+    ``metavar``: the value's placeholder in the help when the parser's own does not say
+    it (``URL`` for a string). ``env_prefix``: of the environment variable; None for a
+    flag that has none. ``switch``: a ``--[no-]FLAG`` switch that takes no value.
+    ``fallback``: what an unset option without a default means, as the help says it
+    (the plugin's ``[plugin] health_interval`` of its resource file).
+    """
 
     flag: str
     attr: str
     parse: Callable[[Any], Any]
     default: Any
     help: str
+    metavar: str = ""
+    env_prefix: str | None = "PODRES_"
+    switch: bool = False
+    fallback: str | None = None
 
     @property
-    def env(self) -> str:
-        return "PODRES_" + re.sub(r"[.-]", "_", self.flag.lstrip("-")).upper()
+    def env(self) -> str | None:
+        """``PODRES_PATH_SYSFS`` for ``--path.sysfs``; None without an ``env_prefix``."""
+        if self.env_prefix is None:
+            return None
+        return self.env_prefix + re.sub(r"[.-]", "_", self.flag.lstrip("-")).upper()
 
     @property
     def key(self) -> str:
@@ -333,18 +397,59 @@ class Option:
         limit = getattr(self.parse, "limit", None)
         return limit if isinstance(limit, str) else None
 
+    @property
+    def placeholder(self) -> str:
+        """The value's name in the help: :attr:`metavar`, else the parser's."""
+        found = self.metavar or getattr(self.parse, "metavar", None) or _METAVARS.get(self.parse)
+        if not isinstance(found, str):
+            raise TypeError(f"{self.flag}: name its metavar, its parser has none")
+        return found
+
+    def format(self, value: Any) -> str:
+        """``value`` as the help writes it: 10.0 -> ``10s`` for a duration, 2**24 ->
+        ``16Mi`` for a size, True -> ``on`` for a switch."""
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        if isinstance(self.parse, Duration) and isinstance(value, float | int):
+            return format_duration(value)
+        if isinstance(self.parse, Size) and isinstance(value, int):
+            return format_size(value)
+        return str(value)
+
     def shown(self) -> str:
         """The ``[default ..; max ..; env ..]`` the help appends to :attr:`help`."""
-        default = self.default
-        if isinstance(self.parse, Duration) and isinstance(default, float | int):
-            default = format_duration(default)
-        elif isinstance(self.parse, Size) and isinstance(default, int):
-            default = format_size(default)
-        parts = [] if default is None else [f"default {default}"]
+        parts = []
+        if self.default is not None:
+            parts.append(f"default {self.format(self.default)}")
+        elif self.fallback is not None:
+            parts.append(f"default {self.fallback}")
         if self.limit is not None:
             parts.append(self.limit)
-        parts.append(f"env {self.env}")
-        return f" [{'; '.join(parts)}]"
+        if self.env is not None:
+            parts.append(f"env {self.env}")
+        return f" [{'; '.join(parts)}]" if parts else ""
+
+    def add_to(self, parser: ArgumentAdder) -> argparse.Action:
+        """Add the flag to ``parser``. Its value is kept under the flag's own name, None
+        when not given (see :func:`given`); a switch is one ``--[no-]NAME`` argument."""
+        text = self.help + self.shown()
+        if not self.switch:
+            return parser.add_argument(
+                self.flag, dest=self.flag, default=None, metavar=self.placeholder, help=text
+            )
+        name = self.flag.removeprefix("--")
+        action = parser.add_argument(
+            self.flag, f"--no-{name}", dest=self.flag, action=_Switch, default=None, help=text
+        )
+        # Both spellings are registered above; the help and the usage write them as one.
+        action.option_strings = [f"--[no-]{name}"]
+        return action
+
+
+def given(ns: argparse.Namespace, options: Iterable[Option]) -> dict[str, Any]:
+    """The flags of ``options`` given on the command line: flag -> raw value."""
+    raw = vars(ns)
+    return {o.flag: raw[o.flag] for o in options if raw.get(o.flag) is not None}
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -371,7 +476,7 @@ def raw_value(
     variable PODRES_X``, ``key 'x' of config file F``, ``default``); None when unset."""
     if flags.get(opt.flag) is not None:
         return flags[opt.flag], f"flag {opt.flag}"
-    if opt.env in env:
+    if opt.env is not None and opt.env in env:
         return env[opt.env], f"environment variable {opt.env}"
     if file_values is not None and opt.key in file_values:
         return file_values[opt.key], f"key {opt.key!r} of config file {file_path}"
@@ -492,17 +597,3 @@ def read_config_file(path: str) -> dict[str, Any]:
         return _flatten(data)
     except RecursionError as err:  # dotted keys thousands deep: parsed, too deep to walk
         raise ConfigError(f"config file {path} (--config) is nested too deep to read") from err
-
-
-def web_config_option() -> Option:
-    """``--web.config.file``, the same for every daemon that serves HTTP."""
-    return Option(
-        "--web.config.file",
-        "web_config_file",
-        parse_path,
-        None,
-        "A web-config file, the format of the Prometheus exporters (TLS, basic auth, response "
-        "headers) for /metrics and the index page; /healthz and /readyz stay open. Re-read when "
-        "it or a file it names changes, and on SIGHUP (docs/security.md). Unset: plain HTTP, "
-        "open to whoever reaches the port.",
-    )

@@ -33,16 +33,18 @@ import structlog
 from podres_exporter import __version__
 from podres_exporter.core.errors import ConfigError, PodresError
 from podres_exporter.daemon import process
+from podres_exporter.daemon.flags import LOG_FORMAT, LOG_LEVEL, PATH_SYSFS, WEB_CONFIG_FILE
 from podres_exporter.daemon.options import (
     Option,
+    format_duration,
+    given,
     parse_listen_address,
-    parse_log_format,
-    parse_log_level,
     parse_path,
     resolve,
-    web_config_option,
 )
 from podres_exporter.deviceplugin.config import (
+    DEFAULT_HEALTH_INTERVAL_S,
+    DEFAULT_XID_UNHEALTHY_FOR_S,
     HEALTH_INTERVAL,
     XID_UNHEALTHY_FOR,
     PluginConfig,
@@ -76,33 +78,44 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_LISTEN = "127.0.0.1:9843"
-CONFIG_ENV = "PODRES_CONFIG"
+
+CONFIG = Option(
+    "--config",
+    "config_path",
+    parse_path,
+    None,
+    "The resource file (TOML, [[resource]] tables); required.",
+    metavar="FILE",
+)
+"""--config: the resource file, read by :func:`load_plugin_config`, not an option of its own."""
 
 PLUGIN_OPTIONS: tuple[Option, ...] = (
     Option("--device-plugin-dir", "device_plugin_dir", parse_path, DEFAULT_DEVICE_PLUGIN_DIR,
            "The kubelet's device-plugins directory: kubelet.sock is there, and the plugin's own "
            "sockets go there. Mount the DIRECTORY: the kubelet re-creates its socket."),
     Option("--listen-address", "listen_address", parse_listen_address, DEFAULT_LISTEN,
-           "HOST:PORT for the plugin's /metrics, /healthz and /readyz; the loopback by default "
-           "(:9843 listens on every interface, for Prometheus to scrape it)."),
-    Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
-           "Root of sysfs (the host's /sys, e.g. /host/sys): PCI functions and interfaces."),
+           "HOST:PORT for the plugin's /metrics, /healthz and /readyz. The loopback keeps them "
+           "to the node; :9843 listens on every interface, for Prometheus to scrape it."),
+    PATH_SYSFS,
     Option("--path.dev", "path_dev", parse_path, "/dev",
            "Where the plugin sees the host's /dev (e.g. /host/dev) for dev rules; containers "
            "are always given the host's /dev paths."),
     Option("--health-interval", "health_interval_s", HEALTH_INTERVAL, None,
-           "Time between two health checks (re-discovery); overrides [plugin] health_interval "
-           "(default 500ms). A change reaches the kubelet at the next check. At least 50ms: "
-           "each check reads every device. At most 1m: a device gone bad must reach the kubelet "
-           "within a minute."),
+           "Time between two health checks (re-discovery); overrides the resource file's "
+           "[plugin] health_interval. A change reaches the kubelet at the next check. At least "
+           "50ms: each check reads every device. At most 1m: a device gone bad must reach the "
+           "kubelet within a minute.",
+           fallback=f"the file's plugin.health_interval, else "
+           f"{format_duration(DEFAULT_HEALTH_INTERVAL_S)}"),
     Option("--xid-unhealthy-for", "xid_unhealthy_for_s", XID_UNHEALTHY_FOR, None,
-           "How long a GPU stays Unhealthy after a critical XID; overrides [plugin] "
-           "xid_unhealthy_for (default 5m). At most 24h: a GPU still failing after a day "
-           "reports new XIDs."),
-    web_config_option(),
-    Option("--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."),
-    Option("--log-format", "log_format", parse_log_format, "auto",
-           "auto (JSON unless stderr is a terminal), json or console."),
+           "How long a GPU stays Unhealthy after a critical XID; overrides the resource file's "
+           "[plugin] xid_unhealthy_for. At most 24h: a GPU still failing after a day reports "
+           "new XIDs.",
+           fallback=f"the file's plugin.xid_unhealthy_for, else "
+           f"{format_duration(DEFAULT_XID_UNHEALTHY_FOR_S)}"),
+    WEB_CONFIG_FILE,
+    LOG_LEVEL,
+    LOG_FORMAT,
 )  # fmt: skip
 
 
@@ -130,16 +143,8 @@ class PluginSettings:
 
 def add_plugin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the plugin's flags to ``parser`` (a sub-parser or a top-level one)."""
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        default=None,
-        help=f"the resource file (TOML, [[resource]] tables); required (or env {CONFIG_ENV})",
-    )
-    for opt in PLUGIN_OPTIONS:
-        parser.add_argument(
-            opt.flag, dest=opt.flag, default=None, metavar="VALUE", help=opt.help + opt.shown()
-        )
+    for opt in (CONFIG, *PLUGIN_OPTIONS):
+        opt.add_to(parser)
     return parser
 
 
@@ -156,12 +161,12 @@ def add_plugin_parser(subparsers: Any) -> argparse.ArgumentParser:
 def plugin_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> PluginSettings:
     """PluginSettings from parsed arguments and the environment; ConfigError names the
     flag and where the bad value came from."""
-    raw: dict[str, Any] = vars(ns)
-    values = {opt.attr: resolve(opt, raw, env) for opt in PLUGIN_OPTIONS}
-    config_path = raw.get("config") or env.get(CONFIG_ENV)
-    if not config_path:
-        raise ConfigError(f"--config FILE is required (or the environment variable {CONFIG_ENV})")
-    return PluginSettings(config_path=str(config_path), **values)
+    flags = given(ns, (CONFIG, *PLUGIN_OPTIONS))
+    values = {opt.attr: resolve(opt, flags, env) for opt in PLUGIN_OPTIONS}
+    config_path = resolve(CONFIG, flags, env)
+    if config_path is None:
+        raise ConfigError(f"--config FILE is required (or the environment variable {CONFIG.env})")
+    return PluginSettings(config_path=config_path, **values)
 
 
 def load_plugin_config(settings: PluginSettings) -> PluginConfig:

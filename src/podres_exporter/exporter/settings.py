@@ -20,8 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podres_exporter import collectors
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
+from podres_exporter.daemon.flags import (
+    KUBELET_SOCKET,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    PATH_PROCFS,
+    PATH_SYSFS,
+    WEB_CONFIG_FILE,
+)
 from podres_exporter.daemon.options import (
     Option,
     check_at_most,
@@ -29,15 +38,13 @@ from podres_exporter.daemon.options import (
     duration,
     parse_bool,
     parse_listen_address,
-    parse_log_format,
-    parse_log_level,
     parse_path,
     parse_patterns,
     read_config_file,
+    resolve,
     resolve_all,
     shown,
     size,
-    web_config_option,
 )
 
 DEFAULT_LISTEN = ":9842"
@@ -55,15 +62,12 @@ MAX_MESSAGE_BYTES = 2**30
 bytes), and a kubelet's whole answer is a few MiB even with 20,000 pods."""
 
 OPTIONS: tuple[Option, ...] = (
-    Option("--kubelet-socket", "kubelet_socket", parse_path,
-           "/var/lib/kubelet/pod-resources/kubelet.sock",
-           "The kubelet's pod-resources socket. Mount its DIRECTORY into the pod: the kubelet "
-           "re-creates the socket file at every start."),
+    KUBELET_SOCKET,
     Option("--kubelet-max-message-size", "kubelet_max_message_bytes",
            size(max_bytes=MAX_MESSAGE_BYTES), 16 * 2**20,
-           "Largest kubelet response accepted, bytes (16Mi, like the kubelet's own clients; "
-           "gRPC's 4 MiB default is too small for busy nodes). At most 1Gi: gRPC cannot take "
-           "2Gi, and a kubelet's answer is a few MiB even with 20,000 pods."),
+           "Largest kubelet response accepted, bytes: as much as the kubelet's own clients take "
+           "(gRPC's 4 MiB is too small for busy nodes). At most 1Gi: gRPC cannot take 2Gi, "
+           "and a kubelet's answer is a few MiB even with 20,000 pods."),
     Option("--kubelet-timeout", "kubelet_timeout_s", duration(min_s=0.1, max_s=60.0), 10.0,
            "Deadline of each kubelet call. At least 100ms: less fails calls a busy kubelet "
            "answers. At most 1m: the kubelet answers in milliseconds, and a call still open "
@@ -86,11 +90,8 @@ OPTIONS: tuple[Option, ...] = (
            "How long a reading that lost every pod or every allocatable CPU at once must persist "
            "before it is believed (a restarting kubelet answers so for ~100 ms, the least "
            "accepted). At most 5m: a node emptied for real is shown within minutes."),
-    Option("--path.sysfs", "path_sysfs", parse_path, "/sys",
-           "Root of sysfs (the host's /sys mounted into the pod, e.g. /host/sys)."),
-    Option("--path.procfs", "path_procfs", parse_path, "/proc",
-           "Root of procfs (the host's /proc mounted into the pod, e.g. /host/proc): per-CPU "
-           "time and the cgroups of GPU processes."),
+    PATH_SYSFS,
+    PATH_PROCFS,
     Option("--path.pod-logs", "path_pod_logs", parse_path, "/var/log/pods",
            "The kubelet's pod log directory; its names map pod UIDs to pods."),
     Option("--path.container-logs", "path_container_logs", parse_path, "/var/log/containers",
@@ -102,8 +103,8 @@ OPTIONS: tuple[Option, ...] = (
            "less marks healthy sources stale. At most 1m: a source slower than that is hung."),
     Option("--source-interval.gpu", "source_interval_gpu_s",
            duration(max_s=3600.0, zero=True), 0.0,
-           "Least time between two readings of NVML; a poll sooner serves the last one. 0 (the "
-           "default): every poll. At most 1h."),
+           "Least time between two readings of NVML; a poll sooner serves the last one. 0: "
+           "every poll."),
     Option("--source-interval.gpu-slow", "source_interval_gpu_slow_s",
            duration(min_s=1.0, max_s=3600.0), 30.0,
            "Least time between two readings of the NVML fields that are slow in the driver or "
@@ -112,29 +113,51 @@ OPTIONS: tuple[Option, ...] = (
     Option("--source-interval.sysfs", "source_interval_sysfs_s",
            duration(max_s=3600.0, zero=True), 0.0,
            "Least time between two readings of the sysfs device counters (PCI, network, "
-           "InfiniBand, DRM); a poll sooner serves the last one. 0 (the default): every poll. "
-           "At most 1h."),
+           "InfiniBand, DRM); a poll sooner serves the last one. 0: every poll."),
     Option("--source-interval.cpu", "source_interval_cpu_s",
            duration(max_s=3600.0, zero=True), 0.0,
-           "Least time between two readings of the per-CPU times in /proc/stat. 0 (the "
-           "default): every poll. At most 1h."),
+           "Least time between two readings of the per-CPU times in /proc/stat. 0: every "
+           "poll."),
     Option("--sysfs-open-files", "sysfs_open_files", count(max_count=MAX_OPEN_FILES),
            DEFAULT_OPEN_FILES,
            "Most device counter files kept open between polls and read again with one pread "
            "(11 per network interface; opening one costs three system calls and a path "
            "lookup). Each costs about 4 KiB of kernel memory on sysfs, charged to the pod. At "
            "most a quarter of the open-file limit is used. 0: every file is opened and closed "
-           "at every poll. At most 65536."),
+           "at every poll."),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
            "(nvidia<N>, card<N>-<M> ...); other resources are matched by id shape alone."),
-    web_config_option(),
-    Option("--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."),
-    Option("--log-format", "log_format", parse_log_format, "auto",
-           "auto (JSON unless stderr is a terminal), json or console."),
+    WEB_CONFIG_FILE,
+    LOG_LEVEL,
+    LOG_FORMAT,
 )  # fmt: skip
 BY_FLAG = {o.flag: o for o in OPTIONS}
+
+CONFIG = Option(
+    "--config",
+    "config_path",
+    parse_path,
+    None,
+    "A TOML file of these settings, keyed by flag without its dashes (a regular file, at "
+    "most 1Mi).",
+    metavar="FILE",
+)
+"""--config: not a setting of its own, so not in :data:`OPTIONS` (nor a key of the file)."""
+
+
+def collector_switch(name: str, *, default: bool | None = None, help: str = "") -> Option:
+    """``--[no-]collector.NAME``: its variable ``PODRES_COLLECTOR_NAME``, its key
+    ``collector.NAME``. Without a ``default`` it resolves to None when unset."""
+    return Option(f"--collector.{name}", name, parse_bool, default, help, switch=True)
+
+
+COLLECTOR_SWITCHES: tuple[Option, ...] = tuple(
+    collector_switch(c.name, default=c.default_enabled, help=f"Collect {c.description}.")
+    for c in collectors.ALL
+)
+"""One switch per collector of the registry, with its default on or off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,25 +217,13 @@ def build(
         origins,
         "the first wait after a failure cannot be longer than the longest",
     )
-    collectors: dict[str, bool] = {}
+    switched = {f"--collector.{name}": on for name, on in (collector_flags or {}).items()}
+    overrides: dict[str, bool] = {}
     for name in collector_names:
-        env_key = "PODRES_COLLECTOR_" + name.upper()
-        file_key = f"collector.{name}"
-        origin = f"flag --collector.{name}"
-        try:
-            if collector_flags and name in collector_flags:
-                collectors[name] = collector_flags[name]
-            elif env_key in env:
-                origin = f"environment variable {env_key}"
-                collectors[name] = parse_bool(env[env_key])
-            elif file_key in file_values:
-                origin = f"key {file_key!r} of config file {path}"
-                collectors[name] = parse_bool(file_values[file_key])
-        except ValueError as err:
-            raise ConfigError(
-                f"invalid value for --collector.{name} (from {origin}): {err}"
-            ) from err
-    return Settings(**values, collector_overrides=collectors)
+        on = resolve(collector_switch(name), switched, env, file_values, path)
+        if on is not None:
+            overrides[name] = on
+    return Settings(**values, collector_overrides=overrides)
 
 
 def _is_table(key: str, known: set[str]) -> bool:

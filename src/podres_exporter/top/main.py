@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from podres_exporter.core.errors import ConfigError, FetchError
-from podres_exporter.daemon.options import duration
+from podres_exporter.daemon.flags import KUBELET_SOCKET, PATH_PROCFS, PATH_SYSFS
+from podres_exporter.daemon.options import Option, duration, given, parse_text, resolve
 from podres_exporter.top.fetch import (
     BUSY_ONLY,
     ExporterSource,
@@ -44,9 +45,6 @@ from podres_exporter.top.rows import (
 from podres_exporter.top.selection import ALL_SORT_KEYS, SORT_KEYS, VIEWS, Options
 
 OUTPUTS = ("table", "wide", "json")
-DEFAULT_INTERVAL = "2s"
-# --interval at most an hour: a refresh rarer than that shows nothing live.
-INTERVAL = duration(max_s=3600.0)
 # --once: the time over which the local source measures busy shares.
 BUSY_SAMPLE_S = 0.25
 # --once --exporter: how long top waits for the exporter's next poll (the second reading
@@ -55,18 +53,28 @@ EXPORTER_WAIT_S = 30.0
 # Width of a frame printed off a terminal (no COLUMNS): room for every column.
 PIPE_WIDTH = {"table": 160, "wide": 240}
 
-# Flag -> environment variable. Local-mode paths share the exporter's variables.
-_ENV = {
-    "exporter": "PODRES_TOP_EXPORTER",
-    "prometheus": "PODRES_TOP_PROMETHEUS",
-    "node": "PODRES_TOP_NODE",
-    "interval": "PODRES_TOP_INTERVAL",
-}
-_LOCAL_FLAGS = {
-    "kubelet_socket": "--kubelet-socket",
-    "path_sysfs": "--path.sysfs",
-    "path_procfs": "--path.procfs",
-}
+_TOP = "PODRES_TOP_"  # the variables of top's own flags
+EXPORTER = Option(
+    "--exporter", "exporter", parse_text, None, "Read a podres exporter's /metrics.",
+    metavar="URL", env_prefix=_TOP,
+)  # fmt: skip
+PROMETHEUS = Option(
+    "--prometheus", "prometheus", parse_text, None,
+    "Read every node from Prometheus' HTTP API.", metavar="URL", env_prefix=_TOP,
+)  # fmt: skip
+NODE = Option(
+    "--node", "node", parse_text, None,
+    "With --prometheus: only the node whose node or instance label is NAME.",
+    metavar="NAME", env_prefix=_TOP,
+)  # fmt: skip
+INTERVAL = Option(
+    "--interval", "interval_s", duration(max_s=3600.0), 2.0,
+    "Time between refreshes. At most 1h: a refresh rarer than that shows nothing live.",
+    env_prefix=_TOP,
+)  # fmt: skip
+LOCAL_OPTIONS: tuple[Option, ...] = (KUBELET_SOCKET, PATH_SYSFS, PATH_PROCFS)
+"""The exporter's flags of the local source, shared with it (its variables too)."""
+SOURCE_OPTIONS: tuple[Option, ...] = (EXPORTER, PROMETHEUS, NODE, *LOCAL_OPTIONS)
 
 
 def add_top_parser(subparsers: Any) -> None:
@@ -77,44 +85,13 @@ def add_top_parser(subparsers: Any) -> None:
         description=(
             "A terminal view of the node: free shared CPUs, devices and memory per NUMA "
             "node, and per container its exclusive CPUs, their busy share, its devices and "
-            "GPU use. Reads the local kubelet by default, or an exporter, or Prometheus."
+            "GPU use. Reads the local kubelet, or with --exporter or --prometheus an "
+            "exporter or Prometheus."
         ),
     )
-    src = p.add_argument_group("source (default: the local kubelet socket and telemetry)")
-    src.add_argument(
-        "--exporter",
-        metavar="URL",
-        help=f"read a podres exporter's /metrics (env {_ENV['exporter']})",
-    )
-    src.add_argument(
-        "--prometheus",
-        metavar="URL",
-        help=f"read every node from Prometheus' HTTP API (env {_ENV['prometheus']})",
-    )
-    src.add_argument(
-        "--node",
-        metavar="NAME",
-        help="with --prometheus: only the node whose node or instance label is NAME "
-        f"(env {_ENV['node']})",
-    )
-    src.add_argument(
-        "--kubelet-socket",
-        metavar="PATH",
-        help="the kubelet's pod-resources socket [env PODRES_KUBELET_SOCKET; "
-        "default /var/lib/kubelet/pod-resources/kubelet.sock]",
-    )
-    src.add_argument(
-        "--path.sysfs",
-        dest="path_sysfs",
-        metavar="PATH",
-        help="root of sysfs [env PODRES_PATH_SYSFS; default /sys]",
-    )
-    src.add_argument(
-        "--path.procfs",
-        dest="path_procfs",
-        metavar="PATH",
-        help="root of procfs [env PODRES_PATH_PROCFS; default /proc]",
-    )
+    src = p.add_argument_group("source (without --exporter or --prometheus: the local node)")
+    for opt in SOURCE_OPTIONS:
+        opt.add_to(src)
     show = p.add_argument_group("what to show")
     show.add_argument(
         "--view", choices=VIEWS, default="containers", help="the starting view (key v switches)"
@@ -145,16 +122,11 @@ def add_top_parser(subparsers: Any) -> None:
     show.add_argument(
         "--once",
         action="store_true",
-        help="print one frame and exit (the default off a terminal); BUSY is measured over "
+        help="print one frame and exit, as off a terminal; BUSY is measured over "
         f"{BUSY_SAMPLE_S:g} s locally, or over the exporter's next poll with --exporter "
         f"(waited for up to {EXPORTER_WAIT_S:g} s, or --interval if longer)",
     )
-    show.add_argument(
-        "--interval",
-        metavar="DURATION",
-        help=f"time between refreshes [env {_ENV['interval']}; default {DEFAULT_INTERVAL}; "
-        f"{INTERVAL.limit}]",
-    )
+    INTERVAL.add_to(show)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,27 +144,23 @@ class TopConfig:
 
 def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     """The command line and ``PODRES_TOP_*`` variables (flags win); ConfigError naming a flag."""
-    raw = {k: getattr(ns, k, None) or env.get(var, "") for k, var in _ENV.items()}
-    if ns.exporter and ns.prometheus:
+    flags = given(ns, (*SOURCE_OPTIONS, INTERVAL))
+    raw = {o.attr: resolve(o, flags, env) or "" for o in (EXPORTER, PROMETHEUS, NODE)}
+    if flags.get(EXPORTER.flag) and flags.get(PROMETHEUS.flag):
         raise ConfigError("--exporter and --prometheus are two sources: give one")
     # A variable for one source never fights a flag for the other.
-    exporter = "" if ns.prometheus else raw["exporter"]
-    prometheus = "" if ns.exporter else raw["prometheus"]
+    exporter = "" if flags.get(PROMETHEUS.flag) else raw["exporter"]
+    prometheus = "" if flags.get(EXPORTER.flag) else raw["prometheus"]
     if exporter and prometheus:
-        raise ConfigError(f"{_ENV['exporter']} and {_ENV['prometheus']} are both set: unset one")
-    if ns.node and not prometheus:
+        raise ConfigError(f"{EXPORTER.env} and {PROMETHEUS.env} are both set: unset one")
+    if flags.get(NODE.flag) and not prometheus:
         raise ConfigError("--node picks a node of Prometheus: give --prometheus URL too")
     if exporter or prometheus:
-        for attr, flag in _LOCAL_FLAGS.items():
-            if getattr(ns, attr, None):
+        for opt in LOCAL_OPTIONS:
+            if flags.get(opt.flag):
                 other = "--exporter" if exporter else "--prometheus"
-                raise ConfigError(f"{flag} reads the local node; it does nothing with {other}")
-    interval_text = ns.interval or env.get(_ENV["interval"]) or DEFAULT_INTERVAL
-    origin = "flag --interval" if ns.interval else f"environment variable {_ENV['interval']}"
-    try:
-        interval = INTERVAL(interval_text)
-    except ValueError as err:
-        raise ConfigError(f"invalid value for --interval (from {origin}): {err}") from err
+                raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
+    interval = resolve(INTERVAL, flags, env)
     options = Options(
         view=ns.view,
         sort=ns.sort,
@@ -225,7 +193,7 @@ def open_source(
     from podres_exporter.daemon import logconf
     from podres_exporter.exporter.settings import build as build_settings
 
-    flags = {flag: getattr(ns, attr) for attr, flag in _LOCAL_FLAGS.items() if getattr(ns, attr)}
+    flags = given(ns, LOCAL_OPTIONS)
     settings = build_settings(flags, env, collector_names=tuple(collectors.BY_NAME))
     # The exporter's machinery logs; a log line would tear a live frame, and once only
     # errors go to stderr.
