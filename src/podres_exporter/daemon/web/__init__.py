@@ -3,7 +3,8 @@
 Its rooms, by job: :mod:`.site` (what is served, the format negotiation, the auth
 decision), :mod:`.http` (HTTP/1.1 framing: heads read, parsed and written), :mod:`.send`
 (the one way an answer leaves, and closing), :mod:`.limits` (the limits, the connection
-cap), :mod:`.server` (the loop, its listening socket and its connections) and
+cap), :mod:`.respond` (a request's answer: web config, auth, the site, its pools),
+:mod:`.server` (the loop, its listening socket and its connections) and
 :mod:`.config` (``--web.config.file``: schema, TLS, basic auth, reload).
 """
 

@@ -12,8 +12,8 @@ each connection (TLS) and each request (auth, headers).
 
 One connection's life: accepted (under the cap, or 503), its TLS handshake, then
 requests: the head under its deadline (from the accept, or from its first byte on a
-kept-alive connection), the answer (:meth:`WebServer._respond`) written by
-:func:`~podres_exporter.daemon.web.send.send` under the write deadline, the idle wait
+kept-alive connection), the answer (:mod:`~podres_exporter.daemon.web.respond`) written
+by :func:`~podres_exporter.daemon.web.send.send` under the write deadline, the idle wait
 for the next.
 """
 
@@ -24,7 +24,6 @@ import contextlib
 import errno
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
 import structlog
@@ -42,7 +41,8 @@ from podres_exporter.daemon.web.http import (
     text,
 )
 from podres_exporter.daemon.web.limits import Connection, Connections, Limits, fit_open_file_limit
-from podres_exporter.daemon.web.site import INTERNAL_ERROR, PROBES, Site, denial, ready, route
+from podres_exporter.daemon.web.respond import Responder
+from podres_exporter.daemon.web.site import Site
 
 __all__ = ["WebServer", "display_url"]
 
@@ -117,7 +117,6 @@ class WebServer:
         self.limits = limits
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self._provider = web_config
-        self._config: WebConfig | None = None  # the last one the provider gave
         sock = socket.socket(self.address_family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -134,14 +133,10 @@ class WebServer:
         self._refusals: set[asyncio.Task[None]] = set()  # 503s of a full server in flight
         self._stopping = False
         self._accept_failing = False
-        self._config_failing = False
-        self._pending_auth = 0
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._probe_pool: ThreadPoolExecutor | None = None
-        self._auth_pool: ThreadPoolExecutor | None = None
+        self._answers: Responder | None = None
 
     @property
     def port(self) -> int:
@@ -152,7 +147,7 @@ class WebServer:
     def url(self) -> str:
         """The base URL clients use (see :func:`display_url`): ``https://`` when the
         configuration in force has TLS."""
-        config = self._config
+        config = self._answers.config if self._answers is not None else None
         if config is None and self._provider is not None:
             with contextlib.suppress(Exception):  # failing: logged when a client asks
                 config = self._provider()
@@ -167,7 +162,7 @@ class WebServer:
     @property
     def pending_auth(self) -> int:
         """bcrypt checks submitted and not finished (at most ``max_pending_auth``)."""
-        return self._pending_auth
+        return self._answers.pending_auth if self._answers is not None else 0
 
     # ---------------------------------------------------------------- life cycle
 
@@ -175,12 +170,7 @@ class WebServer:
         """Serve from a daemon thread called ``name`` (its pools' threads are ``name-*``)."""
         if self._thread is not None or self._socket.fileno() < 0:
             raise RuntimeError("a web server starts once, and not after stop()")
-        limits = self.limits
-        self._pool = ThreadPoolExecutor(limits.workers, thread_name_prefix=f"{name}-worker")
-        self._probe_pool = ThreadPoolExecutor(
-            limits.probe_workers, thread_name_prefix=f"{name}-probe"
-        )
-        self._auth_pool = ThreadPoolExecutor(limits.auth_workers, thread_name_prefix=f"{name}-auth")
+        self._answers = Responder(self.site, self._provider, self.limits, name)
         ready_event = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(ready_event,), name=name, daemon=True
@@ -208,9 +198,8 @@ class WebServer:
                 thread.join(timeout=self.limits.stop_grace_s + 2 * sending.CLOSE_TIMEOUT_S)
         if thread is None or not thread.is_alive():
             self._socket.close()
-        for pool in (self._pool, self._probe_pool, self._auth_pool):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+        if self._answers is not None:
+            self._answers.shutdown()
 
     def _run(self, ready_event: threading.Event) -> None:
         loop = asyncio.new_event_loop()
@@ -300,9 +289,10 @@ class WebServer:
         loop = asyncio.get_running_loop()
         writer: asyncio.StreamWriter | None = None
         try:
+            assert self._answers is not None
             try:
-                config = await self._current_config()
-            except Exception:  # noqa: BLE001 - logged by _ask_provider; close, unanswered
+                config = await self._answers.current_config()
+            except Exception:  # noqa: BLE001 - logged by the Responder; close, unanswered
                 return
             reader = asyncio.StreamReader(limit=self.limits.max_head_bytes, loop=loop)
             protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
@@ -327,7 +317,7 @@ class WebServer:
                 full = text(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
                 await self._refuse(reader, writer, full, config)
             else:
-                await self._requests(conn, reader, writer)
+                await self._requests(conn, reader, writer, config)
         except asyncio.CancelledError:
             pass  # stop(), the cap or a deadline: the connection is dropped below
         except Exception as err:  # noqa: BLE001 - one connection's failure is its own
@@ -341,9 +331,14 @@ class WebServer:
                 sock.close()  # a no-op when a failed handshake's transport closed it
 
     async def _requests(
-        self, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        conn: Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        config: WebConfig | None,
     ) -> None:
-        """Serve requests on one connection until it closes, idles out or misbehaves. The
+        """Serve requests on one connection until it closes, idles out or misbehaves
+        (``config``: the web config it was opened under, for the headers of a refusal). The
         first request's head is due ``head_timeout_s`` after the accept; a later one's
         ``idle_timeout_s`` for its first byte, then ``head_timeout_s`` for the rest."""
         limits = self.limits
@@ -357,14 +352,14 @@ class WebServer:
                 return
             except HeadTooLarge:
                 large = text(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large")
-                await self._refuse(reader, writer, large, self._config)
+                await self._refuse(reader, writer, large, config)
                 return
             except (asyncio.IncompleteReadError, OSError):
                 return  # the client closed or reset the connection
             request = parse_head(head) if head is not None else None
             refused = refusal(request)
             if refused is not None:
-                await self._refuse(reader, writer, refused, self._config)
+                await self._refuse(reader, writer, refused, config)
                 return
             assert request is not None
             if not await self._respond(conn, writer, request):
@@ -391,7 +386,8 @@ class WebServer:
         stay, still busy (stop would cut the close short); whether it goes on."""
         self._connections.busy(conn)
         try:
-            response, extra = await self._response(request)
+            assert self._answers is not None
+            response, extra = await self._answers.response(request)
             keep_alive = request.keep_alive and not self._stopping
             if not keep_alive:
                 connection: str | None = "close"
@@ -434,63 +430,3 @@ class WebServer:
         extra = config.header_bytes if config is not None else b""
         head = head_bytes(response, connection="close", extra=extra)
         await sending.send_and_close(reader, writer, head, response.body)
-
-    async def _response(self, request: Request) -> tuple[Response, bytes]:
-        """The response to ``request`` and the configured headers: the configuration from
-        the provider, the credentials checked (:func:`denial`), then the site's answer:
-        on the loop when ready there, else from a pool (the probes' own for the probes)."""
-        try:
-            config = await self._current_config()
-        except Exception:  # noqa: BLE001 - logged by _ask_provider; answer 500, keep serving
-            return INTERNAL_ERROR, b""
-        extra = config.header_bytes if config is not None else b""
-        denied = await denial(config, request, self._check_password)
-        if denied is not None:
-            return denied, extra
-        answer = ready(self.site, request)
-        if answer is not None:
-            return answer, extra
-        pool = self._probe_pool if request.path in PROBES else self._pool
-        assert pool is not None
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(pool, route, self.site, request), extra
-
-    async def _check_password(self, config: WebConfig, authorization: str | None) -> bool | None:
-        """A bcrypt check in the auth pool; None, at once, when ``max_pending_auth``
-        checks wait already."""
-        if self._pending_auth >= self.limits.max_pending_auth:
-            return None
-        assert self._auth_pool is not None
-        loop = asyncio.get_running_loop()
-        self._pending_auth += 1
-        try:
-            return await loop.run_in_executor(self._auth_pool, config.authorized, authorization)
-        finally:
-            self._pending_auth -= 1
-
-    async def _current_config(self) -> WebConfig | None:
-        """The provider's configuration, asked off the loop (it may read a file)."""
-        if self._provider is None:
-            return None
-        assert self._probe_pool is not None
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._probe_pool, self._ask_provider)
-
-    def _ask_provider(self) -> WebConfig | None:
-        """The configuration in force, from a pool thread. A provider that raises fails
-        the connection (no TLS context: never plain HTTP instead) or the request (500),
-        with one log event when it starts failing and one when it recovers."""
-        if self._provider is None:
-            return None
-        try:
-            config = self._provider()
-        except Exception as err:
-            if not self._config_failing:
-                self._config_failing = True
-                log.error("web_config_failed", error=repr(err))
-            raise
-        if self._config_failing:
-            self._config_failing = False
-            log.info("web_config_recovered")
-        self._config = config
-        return config
