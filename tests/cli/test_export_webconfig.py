@@ -16,8 +16,8 @@ from podres_exporter.cli import main
 from podres_exporter.cli.export import Exporter
 from podres_exporter.core.errors import ConfigError
 from podres_sim import SimKubelet
+from tests.daemon.web.tlsutil import Issued, client_context, issue, make_ca
 from tests.support import exporter_settings, parse_samples, wait_until
-from tests.tlsutil import Issued, client_context, issue, make_ca
 
 MakeSim = Callable[..., SimKubelet]
 

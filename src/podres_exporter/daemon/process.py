@@ -8,7 +8,7 @@
   and say which signal it was; SIGHUP runs the daemon's reload callbacks instead, on
   the waiting thread;
 * :func:`listen`: the daemon's web server, or a ConfigError naming ``--listen-address``;
-  with ``--web.config.file``, the :class:`~podres_exporter.daemon.webconfig.WebConfigWatcher`
+  with ``--web.config.file``, the :class:`~podres_exporter.daemon.web.config.WebConfigWatcher`
   that :func:`web_config` loads is what it asks for TLS, users and headers.
 """
 
@@ -31,7 +31,7 @@ import structlog
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.daemon import logconf
 from podres_exporter.daemon.web import Site, WebServer
-from podres_exporter.daemon.webconfig import WebConfigWatcher
+from podres_exporter.daemon.web.config import WebConfigWatcher
 
 __all__ = [
     "RELOAD_SIGNAL",

@@ -53,7 +53,7 @@ from podres_exporter.deviceplugin.config import (
 
 if TYPE_CHECKING:
     from podres_exporter.daemon.web import WebServer
-    from podres_exporter.daemon.webconfig import WebConfigWatcher
+    from podres_exporter.daemon.web.config import WebConfigWatcher
     from podres_exporter.deviceplugin.lifecycle import PluginManager, Timing
     from podres_exporter.deviceplugin.metrics import PluginMetrics
     from podres_exporter.deviceplugin.monitor import Monitor

@@ -21,12 +21,17 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from podres_exporter.core.errors import ConfigError
-from podres_exporter.daemon import webconfig
-from podres_exporter.daemon.webconfig import WebConfig, WebConfigWatcher, load_web_config
+from podres_exporter.daemon.web.config import (
+    WebConfig,
+    WebConfigWatcher,
+    load_web_config,
+    reload,
+    tls,
+)
+from tests.daemon.web.tlsutil import Issued, client_context, handshake, issue, make_ca, pooled_key
 from tests.support import wait_until
-from tests.tlsutil import Issued, client_context, handshake, issue, make_ca, pooled_key
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 PASSWORD = b"s3cret-scraper"
 HASH = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(rounds=4)).decode()
 
@@ -441,7 +446,7 @@ def test_a_nul_byte_in_a_path_is_refused_by_key(tmp_path: Path) -> None:
     assert f"tls_server_config.cert_file: cannot read {str(tmp_path / 'a')!r}"[:-1] in message
     assert "\\x00b': embedded null byte" in message
     assert "\0" not in message
-    assert webconfig._stat("a\0b") is None
+    assert reload.file_stat("a\0b") is None
 
 
 def test_deeply_nested_yaml_is_refused(tmp_path: Path) -> None:
@@ -523,7 +528,7 @@ def _values() -> st.SearchStrategy[Any]:
 _SECTIONS = st.sampled_from(
     [None, "tls_server_config", "http_server_config", "basic_auth_users", "headers"]
 )
-_KEYS = st.sampled_from([*webconfig._TLS_KEYS, "http2", "headers", "alice", "X-Frame-Options"])
+_KEYS = st.sampled_from([*tls.TLS_KEYS, "http2", "headers", "alice", "X-Frame-Options"])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

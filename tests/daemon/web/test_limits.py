@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from podres_exporter.daemon.web import Index, Limits, Site, WebServer, _drop, connection_cap
+from podres_exporter.daemon.web import Index, Limits, Site, WebServer, connection_cap
+from podres_exporter.daemon.web.send import drop
 
 # A small test's limits: deadlines short enough to watch them pass.
 QUICK = Limits(head_timeout_s=0.5, idle_timeout_s=0.5, stop_grace_s=1.0)
@@ -637,7 +638,7 @@ def test_a_closed_connection_leaves_nothing_for_the_garbage_collector(serve: Ser
         for i in range(40):
             one_by_one(close=i % 2 == 0)
         deadline = time.monotonic() + 5
-        while server._state.connections and time.monotonic() < deadline:
+        while server.open_connections and time.monotonic() < deadline:
             time.sleep(0.01)  # the last connections' ends, on the loop
         time.sleep(0.1)
         gc.collect()
@@ -666,7 +667,7 @@ def test_a_connection_closed_after_flushing_is_dropped_without_error() -> None:
             while await loop.sock_recv(peer, 65536):
                 pass
             await writer.wait_closed()
-            _drop(writer.transport)
+            drop(writer.transport)
             assert writer.transport.is_closing()
 
     asyncio.run(scenario())

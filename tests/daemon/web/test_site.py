@@ -23,12 +23,11 @@ from podres_exporter.daemon.web import (
     Index,
     Site,
     WebServer,
-    _head_bytes,
-    _Response,
     accepts_gzip,
     display_url,
     registry_metrics,
 )
+from podres_exporter.daemon.web.http import Response, head_bytes
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -223,13 +222,13 @@ def test_an_answers_head_is_its_status_headers_length_and_date_byte_for_byte() -
     headers, the web config's, Connection, in that order; a character Latin-1 lacks is
     a ``?``. Answers that differ in length, connection and extra headers share none of
     them by mistake."""
-    response = _Response(
+    response = Response(
         HTTPStatus.UNAUTHORIZED,
         (b"ab", b"cde"),
         "text/plain; charset=utf-8",
         (("WWW-Authenticate", 'Basic realm="podres"'), ("X-Note", "caf\u00e9 \u2192")),
     )
-    head = _head_bytes(response, connection="close", extra=b"X-Frame-Options: deny\r\n")
+    head = head_bytes(response, connection="close", extra=b"X-Frame-Options: deny\r\n")
     found = re.search(rb"\r\nDate: ([^\r]*)\r\n", head)
     assert found is not None
     date = found.group(1)
@@ -241,7 +240,7 @@ def test_an_answers_head_is_its_status_headers_length_and_date_byte_for_byte() -
         b"X-Frame-Options: deny\r\nConnection: close\r\n\r\n"
     )
     longer = dataclasses.replace(response, status=HTTPStatus.OK, body=b"x" * 12345)
-    other = _head_bytes(longer, connection=None, extra=b"")
+    other = head_bytes(longer, connection=None, extra=b"")
     assert other.startswith(b"HTTP/1.1 200 OK\r\nServer: podres\r\nDate: ")
     assert other.endswith(
         b"Content-Length: 12345\r\n"

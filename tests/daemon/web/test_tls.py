@@ -1,5 +1,5 @@
 """TLS from the web-config provider, over real sockets, with certificates made in the
-test (tests/tlsutil.py: no openssl run)."""
+test (tests/daemon/web/tlsutil.py: no openssl run)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 import structlog
 
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer
-from podres_exporter.daemon.webconfig import WebConfig, WebConfigProvider
-from tests.tlsutil import Issued, issue, make_ca
-from tests.tlsutil import client_context as trusting
+from podres_exporter.daemon.web.config import WebConfig, WebConfigProvider
+from tests.daemon.web.tlsutil import Issued, issue, make_ca
+from tests.daemon.web.tlsutil import client_context as trusting
 
 SITE = Site(
     metrics=lambda *, openmetrics, gz: b"up 1\n",

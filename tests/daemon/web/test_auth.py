@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer
-from podres_exporter.daemon.webconfig import WebConfig, WebConfigProvider
+from podres_exporter.daemon.web.config import WebConfig, WebConfigProvider
 
 PASSWORD = b"s3cret"
 HASH = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(rounds=4))  # the cheapest cost: a fast test
@@ -182,9 +182,9 @@ def test_a_remembered_login_and_the_probes_do_not_wait_for_bcrypt(
         stuck = [clients.submit(request, server, "/metrics", wrong) for _ in range(2)]
         try:
             deadline = time.monotonic() + 5
-            while server._state.pending_auth < 2 and time.monotonic() < deadline:
+            while server.pending_auth < 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert server._state.pending_auth == 2
+            assert server.pending_auth == 2
             assert request(server, "/metrics", GOOD, timeout=3)[::2] == (200, b"up 1\n")
             assert request(server, "/healthz", timeout=3)[::2] == (200, b"ok\n")
             assert request(server, "/metrics", {"Authorization": "Basic !!"}, timeout=3)[0] == 401

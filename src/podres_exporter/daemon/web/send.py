@@ -1,0 +1,128 @@
+"""Sending: the one way an answer leaves (:func:`send`), and how a connection closes.
+
+Every answer, whatever it answers (a scrape, a probe, a 401, a 431, the 503 of a full
+server), is a head and a body given to :func:`send` on the connection's stream. The body
+goes in slices of :data:`WRITE_SLICE`, each once the one before has mostly gone, so a
+client that reads slowly holds at most about a slice of our memory, and a body given as
+pieces (a large cached part and a small fresh one) is never joined whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+from podres_exporter.daemon.web.http import Body
+
+__all__ = ["CLOSE_TIMEOUT_S", "WRITE_SLICE", "close", "drop", "send", "send_and_close", "slices"]
+
+# A response body is written in slices of this size, each once the previous one has
+# mostly gone: a client that reads slowly holds at most about this much of our memory.
+WRITE_SLICE = 256 * 1024
+# A closed connection's last bytes (and TLS close_notify) get this long, then are dropped.
+CLOSE_TIMEOUT_S = 2.0
+# How much of a refused request is read (and dropped) at a time before closing.
+_DISCARD_BYTES = 16 * 1024
+
+
+def slices(head: bytes, body: Body, size: int) -> Iterator[bytes | memoryview]:
+    """The bytes of ``head`` then ``body`` in order, in slices of ``size`` (the last one
+    shorter): views of one piece, or the join of parts of several. Nothing longer than a
+    slice is copied."""
+    pieces = (head, *body) if isinstance(body, tuple) else (head, body)
+    parts: list[memoryview] = []
+    held = 0
+    for piece in pieces:
+        view = memoryview(piece)
+        start = 0
+        while start < len(view):
+            part = view[start : start + size - held]
+            parts.append(part)
+            held += len(part)
+            start += len(part)
+            if held == size:
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                parts, held = [], 0
+    if parts:
+        yield parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def send(writer: asyncio.StreamWriter, head: bytes, body: Body) -> None:
+    """``head`` and ``body``; returns once the last byte is with the kernel (OSError
+    when the connection is lost first). The one path by which an answer leaves.
+
+    Between slices the loop runs (when the kernel did not take the last one whole, and
+    always under TLS), so that a connection lost meanwhile is noticed before the next
+    write: asyncio warns on stderr about every write to a lost connection past the
+    fifth, and a TLS stream learns of the loss only then."""
+    transport = writer.transport
+    tls = writer.get_extra_info("ssl_object") is not None
+    for i, piece in enumerate(slices(head, body, WRITE_SLICE)):
+        if i and (tls or transport.get_write_buffer_size()):
+            await asyncio.sleep(0)
+        if transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        writer.write(piece)
+        await writer.drain()
+    if transport.get_write_buffer_size():
+        # The answer is in flight until its end is with the kernel: a connection counted
+        # idle with bytes still buffered would lose them to stop() or to the cap's
+        # closing of the longest idle connection.
+        transport.set_write_buffer_limits(high=0)
+        try:
+            await writer.drain()
+        finally:
+            transport.set_write_buffer_limits(high=WRITE_SLICE)
+
+
+async def send_and_close(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, body: Body
+) -> None:
+    """An answer that ends its connection, whatever the client still sends: :func:`send`,
+    then the client's bytes read and dropped until it closes (for a moment at most):
+    closing with unread data resets the connection, and the reset could overtake the
+    answer."""
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await send(writer, head, body)
+            if writer.can_write_eof():
+                writer.write_eof()
+            while await reader.read(_DISCARD_BYTES):
+                pass
+    except (OSError, TimeoutError):
+        pass
+    await close(writer)
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    """Close after the last bytes are out, or drop the connection when they do not go.
+    A plain connection with nothing left to send closes by itself: no wait (TLS still
+    sends its close_notify)."""
+    writer.close()
+    plain = writer.get_extra_info("ssl_object") is None
+    if plain and not writer.transport.get_write_buffer_size():
+        return
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await writer.wait_closed()
+    except (OSError, TimeoutError):
+        drop(writer.transport)
+
+
+def drop(transport: asyncio.WriteTransport) -> None:
+    """Close ``transport`` at once. One that has closed already is left as it is: Python
+    3.11's socket transport, once closed after flushing its buffer, has let go of its
+    loop, and its abort() fails on that.
+
+    Then the reference cycle of Python's socket transport is broken: it keeps a bound
+    method of itself (``_read_ready_cb``, called only while it reads, which a closed
+    transport never does again) for as long as it lives. Left alone, every connection
+    leaves half a dozen objects that only the garbage collector frees; a stream of new
+    connections fills its young generation with them, and the collection that frees
+    thousands at once stops the loop for tens of milliseconds."""
+    with contextlib.suppress(AttributeError):
+        transport.abort()
+    state = getattr(transport, "__dict__", {})
+    if state.get("_read_ready_cb") is not None:
+        state["_read_ready_cb"] = None
