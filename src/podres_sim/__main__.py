@@ -24,7 +24,8 @@ import structlog
 from podres_exporter.core.errors import ConfigError, ScenarioError
 from podres_exporter.daemon import process
 from podres_exporter.daemon.flags import LOG_FORMAT, LOG_LEVEL
-from podres_exporter.daemon.options import Option, duration, parse_path, parse_text, resolve
+from podres_exporter.daemon.options import Option, resolve
+from podres_exporter.daemon.values import duration, parse_path, parse_text
 from podres_sim.host import write_sysfs
 from podres_sim.kubelet import SimKubelet
 from podres_sim.scenario import Scenario, builtin_names, resolve_scenario

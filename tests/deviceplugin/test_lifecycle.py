@@ -20,7 +20,7 @@ import pytest
 import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
-from podres_exporter.daemon.options import parse_listen_address
+from podres_exporter.daemon.values import parse_listen_address
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import parse_config
 from podres_exporter.deviceplugin.inventory import ResourceInventory

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from podres_exporter.daemon.options import parse_listen_address
+from podres_exporter.daemon.values import parse_listen_address
 from podres_exporter.deviceplugin.main import (
     DevicePlugin,
     PluginSettings,

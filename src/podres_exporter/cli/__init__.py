@@ -23,7 +23,8 @@ from podres_exporter.daemon.flags import (
     PATH_PROCFS,
     PATH_SYSFS,
 )
-from podres_exporter.daemon.options import Option, duration, given, parse_text, resolve
+from podres_exporter.daemon.options import Option, given, resolve
+from podres_exporter.daemon.values import duration, parse_text
 from podres_exporter.deviceplugin.main import add_plugin_parser
 from podres_exporter.exporter.settings import (
     BY_FLAG,

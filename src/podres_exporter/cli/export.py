@@ -21,7 +21,7 @@ from podres_exporter.core.errors import (
 )
 from podres_exporter.daemon import process
 from podres_exporter.daemon.backoff import Backoff
-from podres_exporter.daemon.options import format_duration
+from podres_exporter.daemon.values import format_duration
 from podres_exporter.daemon.web import Index, Site, WebServer
 from podres_exporter.exporter.exposition import Exposition
 from podres_exporter.exporter.poller import Poller, Store, stall_after

@@ -8,12 +8,8 @@ wherever it appears. A flag of one command only is declared beside that command.
 
 from __future__ import annotations
 
-from podres_exporter.daemon.options import (
-    Option,
-    parse_log_format,
-    parse_log_level,
-    parse_path,
-)
+from podres_exporter.daemon.options import Option
+from podres_exporter.daemon.values import parse_log_format, parse_log_level, parse_path
 
 LOG_LEVEL = Option(
     "--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."

@@ -48,7 +48,8 @@ from typing import Any, Final
 
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.kube import NameProblem, extended_resource_problem
-from podres_exporter.daemon.options import Duration, describe, duration, read_toml
+from podres_exporter.daemon.options import read_toml
+from podres_exporter.daemon.values import Duration, describe, duration
 
 __all__ = [
     "DEFAULT_HEALTH_INTERVAL_S",

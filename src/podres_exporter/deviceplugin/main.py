@@ -34,14 +34,8 @@ from podres_exporter import __version__
 from podres_exporter.core.errors import ConfigError, PodresError
 from podres_exporter.daemon import process
 from podres_exporter.daemon.flags import LOG_FORMAT, LOG_LEVEL, PATH_SYSFS, WEB_CONFIG_FILE
-from podres_exporter.daemon.options import (
-    Option,
-    format_duration,
-    given,
-    parse_listen_address,
-    parse_path,
-    resolve,
-)
+from podres_exporter.daemon.options import Option, given, resolve
+from podres_exporter.daemon.values import format_duration, parse_listen_address, parse_path
 from podres_exporter.deviceplugin.config import (
     DEFAULT_HEALTH_INTERVAL_S,
     DEFAULT_XID_UNHEALTHY_FOR_S,

@@ -34,15 +34,17 @@ from podres_exporter.daemon.flags import (
 from podres_exporter.daemon.options import (
     Option,
     check_at_most,
+    read_config_file,
+    resolve,
+    resolve_all,
+)
+from podres_exporter.daemon.values import (
     count,
     duration,
     parse_bool,
     parse_listen_address,
     parse_path,
     parse_patterns,
-    read_config_file,
-    resolve,
-    resolve_all,
     shown,
     size,
 )

@@ -25,7 +25,8 @@ from typing import Any
 
 from podres_exporter.core.errors import ConfigError, FetchError
 from podres_exporter.daemon.flags import KUBELET_SOCKET, PATH_PROCFS, PATH_SYSFS
-from podres_exporter.daemon.options import Option, duration, given, parse_text, resolve
+from podres_exporter.daemon.options import Option, given, resolve
+from podres_exporter.daemon.values import duration, parse_text
 from podres_exporter.top.fetch import (
     BUSY_ONLY,
     ExporterSource,

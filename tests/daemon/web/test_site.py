@@ -18,7 +18,7 @@ from http import HTTPStatus
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from podres_exporter.daemon.options import parse_listen_address
+from podres_exporter.daemon.values import parse_listen_address
 from podres_exporter.daemon.web import (
     Index,
     Site,

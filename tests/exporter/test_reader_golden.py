@@ -2,7 +2,7 @@
 
 Sim scenario and host -> the exporter's NodeReader (real kubelet client, sysfs, procfs,
 fake NVML) -> one Poller cycle -> the Store -> the Exposition a scrape is served from.
-Refresh with `pytest tests/test_reader_golden.py --update-goldens` and review the diff.
+Refresh with `pytest tests/exporter/test_reader_golden.py --update-goldens` and review the diff.
 Only the values that vary from run to run (durations, timestamps) and the parts rendered
 per scrape (the snapshot's age, the process metrics) are left out.
 """
@@ -22,7 +22,7 @@ from podres_exporter.exporter.reader import NodeReader
 from podres_sim import SimKubelet
 from tests.support import exporter_settings
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 VOLATILE = re.compile(
     r"^podres_(collector_duration_seconds|kubelet_request_duration_seconds_(bucket|sum)"
     r"|kubelet_last_success_timestamp_seconds|source_duration_seconds"

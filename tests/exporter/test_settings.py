@@ -8,10 +8,10 @@ import pytest
 
 from podres_exporter.cli import main
 from podres_exporter.core.errors import ConfigError
-from podres_exporter.daemon.options import (
+from podres_exporter.daemon.options import Option
+from podres_exporter.daemon.values import (
     Count,
     Duration,
-    Option,
     Size,
     format_duration,
     format_size,

@@ -14,13 +14,18 @@ import pytest
 
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.daemon.options import (
-    MAX_DURATION_S,
     Option,
     check_at_most,
+    given,
+    read_toml,
+    resolve,
+    resolve_all,
+)
+from podres_exporter.daemon.values import (
+    MAX_DURATION_S,
     duration,
     format_duration,
     format_size,
-    given,
     parse_bool,
     parse_duration,
     parse_listen_address,
@@ -28,9 +33,6 @@ from podres_exporter.daemon.options import (
     parse_path,
     parse_patterns,
     parse_size,
-    read_toml,
-    resolve,
-    resolve_all,
     size,
 )
 
