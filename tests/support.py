@@ -15,7 +15,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -183,3 +183,100 @@ def run_in_group(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo.toml"
+    os.mkfifo(path)
+    return path
+
+
+def _deep(tmp_path: Path) -> Path:
+    path = tmp_path / "deep.toml"
+    path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    return path
+
+
+def _deep_tables(tmp_path: Path) -> Path:
+    path = tmp_path / "deep-tables.toml"
+    path.write_text("a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n")
+    return path
+
+
+def _large(tmp_path: Path) -> Path:
+    path = tmp_path / "large.toml"
+    path.write_bytes(b"# padding\n" * (2**20 // 10 + 1))
+    return path
+
+
+def _long_int(tmp_path: Path) -> Path:
+    path = tmp_path / "long-int.toml"
+    path.write_text("poll-interval = " + "1" * 5000 + "\n")
+    return path
+
+
+NOT_CONFIG_FILES: list[tuple[Callable[[Path], Path], str]] = [
+    (lambda _: Path("/dev/zero"), "not a regular file"),
+    (_fifo, "not a regular file"),
+    (lambda tmp: tmp, "a directory"),
+    (_large, "larger than 1Mi"),
+    (_deep, "nested too deep"),
+    (_deep_tables, "nested too deep"),
+    (_long_int, "a number in it is too long"),
+]
+
+
+NOT_CONFIG_IDS = ["dev-zero", "fifo", "directory", "over-1MiB", "deep-arrays", "deep-tables", "int"]
+
+
+def spawn_with_default_hangup(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """``argv`` started with SIGHUP at its default action (an ignored one is inherited
+    across exec, and a daemon command run in this process earlier ignores it here)."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with log.open("w") as out:  # a file, not a pipe nobody reads
+            return subprocess.Popen(
+                argv,
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def hang_up_through_start_and_stop(
+    proc: subprocess.Popen[bytes], log: Path, started: str, ready: Callable[[str], object]
+) -> int:
+    """SIGHUP ``proc`` every few milliseconds from the moment it ignores SIGHUP (its first
+    step) until it logged ``started`` and ``ready(url)`` holds; then SIGTERM and SIGHUPs
+    until it exits. Its exit status; the test fails if no SIGHUP came before ``started``."""
+    wait_until(
+        lambda: proc.poll() is not None or hangup_ignored(proc.pid), timeout=30, interval=0.001
+    )
+    early = 0
+    deadline = time.monotonic() + 30
+    while not (seen := log_events(log, started)) and proc.poll() is None:
+        proc.send_signal(signal.SIGHUP)
+        early += 1
+        assert time.monotonic() < deadline, "the daemon did not start"
+        time.sleep(0.005)
+    assert proc.poll() is None, log.read_text()
+    assert early > 0, "no SIGHUP was sent before the daemon started"
+    wait_until(lambda: ready(seen[0]["url"]), timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    while proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGHUP)
+        except ProcessLookupError:  # gone between poll and kill
+            break
+        time.sleep(0.002)
+    return proc.wait(timeout=20)
+
+
+def hangup_ignored(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGHUP (bit 0 of SigIgn in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & 1)
+    return False

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from podres_exporter.cli import main
-from tests.test_options import NOT_CONFIG_FILES, NOT_CONFIG_IDS
+from tests.support import NOT_CONFIG_FILES, NOT_CONFIG_IDS
 
 
 @pytest.fixture(autouse=True)

@@ -7,14 +7,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from podres_sim import SimKubelet
-from tests.support import http_get, wait_until
+from tests.support import (
+    hang_up_through_start_and_stop,
+    http_get,
+    spawn_with_default_hangup,
+    wait_until,
+)
 from tests.support import log_events as events
 
 pytestmark = pytest.mark.slow  # runs the podres command as a process
@@ -59,59 +63,6 @@ def test_sighup_keeps_the_exporter_serving(make_sim: MakeSim, tmp_path: Path) ->
         code = proc.wait(timeout=20)
     assert code == 0, log.read_text()
     assert events(log, "exporter_stopped")[0]["reason"] == "signal SIGTERM"
-
-
-def hangup_ignored(pid: int) -> bool:
-    """Whether process ``pid`` ignores SIGHUP (bit 0 of SigIgn in /proc/PID/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigIgn:"):
-            return bool(int(line.split()[1], 16) & 1)
-    return False
-
-
-def spawn_with_default_hangup(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
-    """``argv`` started with SIGHUP at its default action (an ignored one is inherited
-    across exec, and a daemon command run in this process earlier ignores it here)."""
-    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    try:
-        with log.open("w") as out:  # a file, not a pipe nobody reads
-            return subprocess.Popen(
-                argv,
-                stdout=subprocess.DEVNULL,
-                stderr=out,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-    finally:
-        signal.signal(signal.SIGHUP, previous)
-
-
-def hang_up_through_start_and_stop(
-    proc: subprocess.Popen[bytes], log: Path, started: str, ready: Callable[[str], object]
-) -> int:
-    """SIGHUP ``proc`` every few milliseconds from the moment it ignores SIGHUP (its first
-    step) until it logged ``started`` and ``ready(url)`` holds; then SIGTERM and SIGHUPs
-    until it exits. Its exit status; the test fails if no SIGHUP came before ``started``."""
-    wait_until(
-        lambda: proc.poll() is not None or hangup_ignored(proc.pid), timeout=30, interval=0.001
-    )
-    early = 0
-    deadline = time.monotonic() + 30
-    while not (seen := events(log, started)) and proc.poll() is None:
-        proc.send_signal(signal.SIGHUP)
-        early += 1
-        assert time.monotonic() < deadline, "the daemon did not start"
-        time.sleep(0.005)
-    assert proc.poll() is None, log.read_text()
-    assert early > 0, "no SIGHUP was sent before the daemon started"
-    wait_until(lambda: ready(seen[0]["url"]), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    while proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGHUP)
-        except ProcessLookupError:  # gone between poll and kill
-            break
-        time.sleep(0.002)
-    return proc.wait(timeout=20)
 
 
 def test_sighup_while_starting_or_stopping_never_ends_the_exporter(

@@ -4,7 +4,6 @@ settings, and config files that cannot be read as TOML."""
 from __future__ import annotations
 
 import argparse
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,10 @@ from podres_exporter.daemon.values import (
     parse_patterns,
     parse_size,
     size,
+)
+from tests.support import (
+    NOT_CONFIG_FILES,
+    NOT_CONFIG_IDS,
 )
 
 
@@ -259,48 +262,6 @@ def test_a_value_of_thousands_of_digits_is_refused_without_echoing_it(
     message = str(info.value)
     assert len(message) < 200, message
     assert "sys.set_int_max_str_digits" not in message and "Exceeds the limit" not in message
-
-
-def _fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "fifo.toml"
-    os.mkfifo(path)
-    return path
-
-
-def _deep(tmp_path: Path) -> Path:
-    path = tmp_path / "deep.toml"
-    path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
-    return path
-
-
-def _deep_tables(tmp_path: Path) -> Path:
-    path = tmp_path / "deep-tables.toml"
-    path.write_text("a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n")
-    return path
-
-
-def _large(tmp_path: Path) -> Path:
-    path = tmp_path / "large.toml"
-    path.write_bytes(b"# padding\n" * (2**20 // 10 + 1))
-    return path
-
-
-def _long_int(tmp_path: Path) -> Path:
-    path = tmp_path / "long-int.toml"
-    path.write_text("poll-interval = " + "1" * 5000 + "\n")
-    return path
-
-
-NOT_CONFIG_FILES: list[tuple[Callable[[Path], Path], str]] = [
-    (lambda _: Path("/dev/zero"), "not a regular file"),
-    (_fifo, "not a regular file"),
-    (lambda tmp: tmp, "a directory"),
-    (_large, "larger than 1Mi"),
-    (_deep, "nested too deep"),
-    (_deep_tables, "nested too deep"),
-    (_long_int, "a number in it is too long"),
-]
-NOT_CONFIG_IDS = ["dev-zero", "fifo", "directory", "over-1MiB", "deep-arrays", "deep-tables", "int"]
 
 
 @pytest.mark.parametrize(("make", "message"), NOT_CONFIG_FILES, ids=NOT_CONFIG_IDS)

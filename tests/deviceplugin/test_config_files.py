@@ -11,7 +11,7 @@ import pytest
 
 from podres_exporter.cli import main
 from podres_exporter.deviceplugin.config import HEALTH_INTERVAL, XID_UNHEALTHY_FOR
-from tests.test_options import NOT_CONFIG_FILES, NOT_CONFIG_IDS
+from tests.support import NOT_CONFIG_FILES, NOT_CONFIG_IDS
 
 RESOURCE = """
 [[resource]]

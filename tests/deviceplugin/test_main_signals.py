@@ -13,9 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_export_signals import hang_up_through_start_and_stop, spawn_with_default_hangup
 from tests.deviceplugin.support import accepted, advertised, files, plugin_flags, write_sysfs
-from tests.support import http_get, wait_until
+from tests.support import (
+    hang_up_through_start_and_stop,
+    http_get,
+    spawn_with_default_hangup,
+    wait_until,
+)
 from tests.support import log_events as events
 
 pytestmark = pytest.mark.slow  # runs the podres command as a process

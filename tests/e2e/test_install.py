@@ -26,8 +26,7 @@ from tests.e2e.cluster import Cluster, ClusterError, wait_for
 from tests.e2e.conftest import OVERLAY
 from tests.e2e.images import PROJECT_IMAGE
 from tests.monitoring.dashboard_lint import grafana_values, substitute, targets
-from tests.monitoring.prom import NodePrometheus, prometheus_scraping
-from tests.monitoring.test_rule_series import alert_exprs
+from tests.monitoring.prom import NodePrometheus, alert_exprs, prometheus_scraping
 from tests.support import Samples, http_get, parse_samples, select
 
 # Setting up (image build, cluster start) and the kubelet restarts take minutes, not seconds.

@@ -21,7 +21,7 @@ from podres_exporter.exporter.exposition import ASKED_RECENT_S, PROCESS_EVERY_S,
 from podres_exporter.exporter.poller import Poller, Store
 from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.exporter.textformat import write
-from tests.test_poller import TOPO, Script, reading
+from tests.exporter.support import TOPO, Script, reading
 
 
 class Clock:

@@ -8,8 +8,6 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
-from types import MappingProxyType
 
 import pytest
 from structlog.testing import capture_logs
@@ -21,13 +19,9 @@ from podres_exporter.core.errors import (
     SourceError,
 )
 from podres_exporter.core.model import (
-    Allocatable,
     ApiVersion,
-    ContainerAlloc,
     KubeletReading,
     NodeTopology,
-    PodAlloc,
-    RequestStats,
     Support,
 )
 from podres_exporter.daemon import logconf
@@ -35,40 +29,8 @@ from podres_exporter.daemon.backoff import NO_JITTER, Backoff
 from podres_exporter.exporter.poller import Poller, Store, stall_after
 from podres_exporter.exporter.reader import NodeReader, Observation
 from podres_exporter.exporter.settings import build
+from tests.exporter.support import TOPO, Script, reading
 from tests.support import wait_until
-
-TOPO = NodeTopology(frozenset({0, 1}), MappingProxyType({0: 0, 1: 0}))
-
-
-def reading(pods: int) -> KubeletReading:
-    ps = tuple(PodAlloc("ns", f"p{i}", (ContainerAlloc("c"),)) for i in range(pods))
-    cpus = frozenset({0, 1}) if pods else frozenset()
-    return KubeletReading(ApiVersion.V1, ps, Allocatable(cpu_ids=cpus), Support.SERVED, 0.0)
-
-
-class Script:
-    """A kubelet source that answers from a script: a reading or an exception per call."""
-
-    socket_path = "/scripted.sock"
-
-    def __init__(self, answers: list[KubeletReading | Exception]) -> None:
-        self._answers: Iterator[KubeletReading | Exception] = iter(answers)
-        self.released = 0  # times the poller let the connection go
-
-    def read(self) -> KubeletReading:
-        answer = next(self._answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def get_pod(self, namespace: str, name: str) -> PodAlloc | None:
-        raise NotImplementedError
-
-    def stats(self) -> RequestStats:
-        return RequestStats()
-
-    def release(self) -> None:
-        self.released += 1
 
 
 def test_failures_back_off_then_recover_and_keep_last_data() -> None:

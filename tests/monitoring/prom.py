@@ -8,6 +8,7 @@ real kubelet both run the shipped dashboards' and alert rules' queries through i
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import subprocess
 import time
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.support import free_port, http_get, wait_until
 
@@ -107,3 +110,19 @@ def stop(proc: subprocess.Popen[Any]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+def alert_exprs() -> dict[str, str]:
+    return {rule["alert"]: rule["expr"] for rule in _rules()}
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+RULE_FILE = REPO / "deploy" / "prometheus" / "podres-alerts.yaml"
+
+
+@functools.cache
+def _rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load(RULE_FILE.read_text(encoding="utf-8"))["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]

@@ -9,20 +9,14 @@ whole expression runs as an instant query: it parses, evaluates, and what it ret
 
 from __future__ import annotations
 
-import functools
 import re
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from tests.monitoring.prom import NodePrometheus
+from tests.monitoring.prom import NodePrometheus, alert_exprs
 
 pytestmark = pytest.mark.prometheus
 
-REPO = Path(__file__).resolve().parents[2]
-RULE_FILE = REPO / "deploy" / "prometheus" / "podres-alerts.yaml"
 
 # Selectors that select nothing on the demo, each with the reason; asserted exact, so that a
 # selector that stops matching (a renamed metric, a mistyped label value) fails, and an entry
@@ -125,16 +119,6 @@ def _compact(matchers: str) -> str:
     """``{a="x", b!~"y z"}`` as ``{a="x",b!~"y z"}``: whitespace outside strings removed."""
     parts = re.split(r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)""", matchers)
     return "".join(p if i % 2 else re.sub(r"\s+", "", p) for i, p in enumerate(parts))
-
-
-@functools.cache
-def _rules() -> list[dict[str, Any]]:
-    groups = yaml.safe_load(RULE_FILE.read_text(encoding="utf-8"))["groups"]
-    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
-
-
-def alert_exprs() -> dict[str, str]:
-    return {rule["alert"]: rule["expr"] for rule in _rules()}
 
 
 def all_selectors() -> list[str]:

@@ -26,7 +26,7 @@ from podres_exporter.sources.kubelet import (
     pod_from_v1,
 )
 from podres_sim import SimKubelet
-from tests.test_properties import PODS, Kubelet, Node, Pod, answer_of, any_node
+from tests.exporter.kubelet_answers import PODS, Kubelet, Node, Pod, answer_of, any_node
 
 MakeSim = Callable[..., SimKubelet]
 

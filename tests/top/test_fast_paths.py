@@ -15,7 +15,7 @@ from podres_exporter.top.render import _plain_table, _table, container_cells, de
 from podres_exporter.top.rows import Sample
 from podres_sim import SimKubelet
 from tests.support import http_get, wait_until
-from tests.top.test_hostile import hostile_data
+from tests.top.support import hostile_data
 
 MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]

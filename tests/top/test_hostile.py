@@ -24,22 +24,25 @@ from podres_exporter.top.fetch import ExporterSource, PrometheusSource
 from podres_exporter.top.jsonout import to_json
 from podres_exporter.top.live import State, _draw, _Loop
 from podres_exporter.top.render import Screen, render
-from podres_exporter.top.rows import Reading, Sample, TopData, build
+from podres_exporter.top.rows import Reading, build
 from podres_exporter.top.selection import Options
+from tests.top.support import (
+    BACKSPACE,
+    BIDI,
+    C1,
+    CR,
+    ESC,
+    LINE_SEP,
+    MARKUP,
+    NEWLINE,
+    NUL_DEL,
+    OSC8,
+    OSC52,
+    ZERO_WIDTH,
+    hostile_data,
+    hostile_reading,
+)
 
-# The hostile texts, and how each must show.
-ESC = "kill\x1b[2J\x1b[Hpod"
-OSC8 = "\x1b]8;;http://evil.example/\x07link\x1b]8;;\x07"
-OSC52 = "clip\x1b]52;c;cm0gLXJmIH4K\x07"
-NEWLINE = "two\nlines"
-CR = "over\rwrite"
-BACKSPACE = "back\x08\x08ed"
-C1 = "csi\x9b31m"
-BIDI = "abc\u202edcba"
-ZERO_WIDTH = "ze\u200bro\u2060w\ufeff"
-MARKUP = "[bold red]styled[/]"
-LINE_SEP = "line\u2028sep\x85nel"
-NUL_DEL = "nul\x00del\x7f"
 SHOWN = {
     ESC: r"kill\x1b[2J\x1b[Hpod",
     OSC8: r"\x1b]8;;http://evil.example/\x07link\x1b]8;;\x07",
@@ -66,42 +69,6 @@ def assert_terminal_safe(text: str) -> None:
     bad = sorted({f"U+{ord(c):04X}" for c in rest if not (c.isprintable() or c == "\n")})
     assert not bad, f"unescaped characters reach the terminal: {bad}"
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", rest)
-
-
-def hostile_reading(node: str = ESC, at: float = 100.0) -> Reading:
-    """A node whose every name is hostile: holders, resources, device ids, NUMA, memory."""
-    samples: list[Sample] = []
-
-    def add(name: str, value: float = 1, /, **labels: str) -> None:
-        samples.append(Sample(name, {"node": node, **labels}, value))
-
-    add("podres_kubelet_up")
-    add("podres_pods", 3)
-    add("podres_node_cpus", 4, numa_node=CR, pool="allocatable")
-    add("podres_node_cpus", 2, numa_node=CR, pool="shared_free")
-    add("podres_node_devices", 2, resource=OSC52, numa_node="0", state="allocatable")
-    add("podres_node_devices", 1, resource=OSC52, numa_node="0", state="unallocated")
-    for state, size in (("allocatable", 2**30), ("free", 2**29)):
-        add("podres_node_memory_bytes", size, numa_node="0", memory_type=NUL_DEL, state=state)
-    holders = [
-        {"namespace": ESC, "pod": OSC8, "container": NEWLINE},
-        {"namespace": BIDI, "pod": MARKUP, "container": C1},
-        {"namespace": ZERO_WIDTH, "pod": LINE_SEP, "container": BACKSPACE},
-    ]
-    for i, h in enumerate(holders):
-        dev = {"resource": OSC52, "device_id": [ESC, BIDI, C1][i] + f"-{i}"}
-        add("podres_cpu_assignment_info", cpu=str(i), numa_node=CR, pool="exclusive", **h)
-        add("podres_container_device_info", numa_node=CR, **dev, **h)
-        add("podres_node_device_info", numa_node=CR, state="allocated", **dev)
-        add("podres_device_resolution_info", physical_id=MARKUP + dev["device_id"], **dev)
-        add("podres_container_memory_bytes", 2**20, memory_type=NUL_DEL, numa_node="0", **h)
-    return Reading(tuple(samples), at, "origin")
-
-
-def hostile_data() -> TopData:
-    """Two hostile nodes (a NODE column too) and a hostile notice."""
-    both = Reading(hostile_reading().samples + hostile_reading(node=BIDI).samples, 100.0, "origin")
-    return build(both, source=OSC8, notice=f"refresh failed: {ESC} {NEWLINE}")
 
 
 FRAMES = [

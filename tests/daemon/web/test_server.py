@@ -19,7 +19,7 @@ import pytest
 
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer
 from podres_exporter.daemon.web.send import slices
-from tests.daemon.web.test_limits import closed_by_server, connect, read_response
+from tests.daemon.web.support import closed_by_server, connect, read_response
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 TEXT_BODY = b"# HELP up Whether up.\n# TYPE up gauge\nup 1\n"
