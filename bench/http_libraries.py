@@ -18,8 +18,9 @@ cells: the view, and so the body, stays the same throughout. The servers:
   same two pools (4 workers, 2 for the probes), and a body answered on the loop when
   ``Site.metrics_ready`` has it; the answer goes by one ``writev`` while the transport
   holds nothing, as the owned layer's one ``sendmsg``;
-* ``aiohttp``: ``aiohttp.web`` with its defaults (keep-alive 75 s, no access log), the
-  site's callables behind its router, the same pools.
+* ``aiohttp``: ``aiohttp.web`` with its defaults but for a 75 s keep-alive (``run_app``'s
+  default, the owned layer's idle deadline) and no access log, the site's callables behind
+  its router, the same pools.
 
 Measured, in ``--repeat`` repeats, each alternating between the servers as
 bench/exporter.py does (its helpers: :func:`exporter.latencies`, :func:`exporter.under_wrk`):
@@ -404,7 +405,14 @@ def aiohttp_app(routes: Routes) -> aioweb.Application:
 async def serve_aiohttp(routes: Routes, port: int, stop: asyncio.Event) -> None:
     from aiohttp import web
 
-    runner = web.AppRunner(aiohttp_app(routes), access_log=None, handle_signals=False)
+    # keepalive_timeout: web.run_app's default and the owned layer's idle deadline (an
+    # AppRunner's own default is an hour).
+    runner = web.AppRunner(
+        aiohttp_app(routes),
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=LIMITS.idle_timeout_s,
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=LIMITS.backlog)
     await site.start()
