@@ -88,3 +88,32 @@ def test_quick_exporter_benchmark_measures_each_figure() -> None:
     assert not moving.endswith("counters moved 0)"), moving  # the ticker ran
     assert idle.endswith("counters moved 0)"), idle
     assert re.search(r"departed pods with series left: 0 of [1-9]", out), out
+
+
+@pytest.mark.slow  # runs the simulated kubelet and three exporters' servers as processes
+def test_quick_http_libraries_benchmark_compares_each_cell() -> None:
+    """bench/http_libraries.py --quick on the small node: every latency cell, the attack
+    and each malformed head are measured for the owned layer, h11 and aiohttp, and the
+    owned layer serves every scrape under attack and refuses every malformed head."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "http_libraries.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT / "bench",
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    latency = [line for line in lines if re.match(r" +python (text|openmetrics)", line)]
+    assert len(latency) == 8, done.stdout  # 2 formats x 2 connection kinds x 1 and 10 scrapers
+    assert all(len(re.findall(r"[0-9.]+ ms", row)) == 6 for row in latency), done.stdout
+    attacked = {
+        line.split()[0]: line for line in lines if re.match(r" +(podres|h11|aiohttp) ", line)
+    }
+    assert set(attacked) == {"podres", "h11", "aiohttp"}, done.stdout
+    assert attacked["podres"].split("|")[1].split()[4] == "yes", attacked["podres"]
+    start = next(i for i, line in enumerate(lines) if line.startswith("malformed heads"))
+    heads = lines[start + 3 :]
+    assert len(heads) == 9, done.stdout
+    assert all(re.search(r" 4[0-9][0-9], closed +\S+, \S+ +\S+, \S+$", h) for h in heads), heads
