@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench.py
 	$(BIN)/python bench/exporter.py
 	$(BIN)/python bench/web_servers.py
+	$(BIN)/python bench/http_libraries.py
 	$(BIN)/python bench/plugin.py
 	$(BIN)/python bench/top.py
 

@@ -434,7 +434,7 @@ def exporter_for(scenario: str, sock: str, hostdir: Path, port: int) -> Exporter
     from podres_exporter.cli.export import Exporter
     from podres_exporter.sources.gpu import NvmlBackend
     from podres_sim import SimKubelet
-    from podres_sim.hostfs import SimHost
+    from podres_sim.host import SimHost
 
     host = SimHost(SimKubelet(simproc.scenario(scenario), hostdir / "unused.sock"), hostdir)
     settings = replace(host_settings(Path(sock), host), listen_address=("127.0.0.1", port))
