@@ -72,18 +72,18 @@ def test_a_stop_signal_ends_the_wait_and_names_itself(
 
 
 def test_a_signal_wakes_the_wait_without_its_polling(
-    monkeypatch: pytest.MonkeyPatch, sentinels: dict[signal.Signals, Handler]
+    sentinels: dict[signal.Signals, Handler],
 ) -> None:
     """The wait sleeps until a signal comes, not by looking every so often: with the
     event looked at only hourly, a SIGHUP still runs the reloads at once and a SIGTERM
     after it still ends the wait (else the test's timeout ends the test)."""
-    monkeypatch.setattr(process, "_POLL_S", 3600.0)
     timers: list[threading.Timer] = []
 
     def reload() -> None:  # then a SIGTERM, once the wait is back to sleep
         timers.append(kill_self_soon(signal.SIGTERM))
 
-    with process.stop_on_signals(reload=[reload]) as stop:
+    hourly = threading.Event()
+    with process.stop_on_signals(hourly, reload=[reload], event_poll_s=3600.0) as stop:
         timers.append(kill_self_soon(signal.SIGHUP))
         reason = stop.wait()
     for t in timers:
@@ -97,7 +97,7 @@ def test_without_an_event_the_wait_never_wakes_by_itself(
 ) -> None:
     """Given no event (the exporter), the wait polls its pipe with no timeout: an idle
     daemon's main thread sleeps until a signal. Given one, it looks at it every
-    _POLL_S."""
+    EVENT_POLL_S."""
     timeouts: list[float | None] = []
     real_poll = select.poll
 
@@ -123,7 +123,7 @@ def test_without_an_event_the_wait_never_wakes_by_itself(
     threading.Timer(0.1, event.set).start()
     with process.stop_on_signals(event) as stop:
         assert stop.wait() == "stop requested"
-    assert timeouts and set(timeouts) == {process._POLL_S * 1000}
+    assert timeouts and set(timeouts) == {process.EVENT_POLL_S * 1000}
 
 
 def test_a_signal_delivered_to_another_thread_wakes_the_wait(

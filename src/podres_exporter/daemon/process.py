@@ -58,7 +58,7 @@ file); what it returns is ignored, what it raises is logged."""
 # How often a wait looks whether its event was set (by another thread: nothing wakes it
 # for that). A signal ends the wait at once. A daemon's main thread does nothing else,
 # so this is its only wake-up: ten a second cost a steady 0.08 % of a core.
-_POLL_S = 0.5
+EVENT_POLL_S = 0.5
 
 
 def configure_logging(level: str, log_format: str, *, stream: TextIO | None = None) -> None:
@@ -139,15 +139,20 @@ class Stop:
     and write a byte to a pipe of the Stop's own, which :meth:`wait` watches: it wakes
     at once, turns a stop into the event and runs the reloads; a signal delivered to
     another thread wakes it through the same pipe (:func:`stop_on_signals` makes it the
-    interpreter's wake-up fd). An event given, which
-    another thread may set, is looked at every ``_POLL_S``; without one, the wait sleeps
-    until a signal (a daemon's idle main thread never wakes). :meth:`close` closes the
-    pipe.
+    interpreter's wake-up fd). An event given, which another thread may set, is looked
+    at every ``event_poll_s`` (:data:`EVENT_POLL_S`); without one, the wait sleeps until
+    a signal (a daemon's idle main thread never wakes). :meth:`close` closes the pipe.
     """
 
-    def __init__(self, event: threading.Event | None = None, reload: Iterable[Reload] = ()) -> None:
+    def __init__(
+        self,
+        event: threading.Event | None = None,
+        reload: Iterable[Reload] = (),
+        *,
+        event_poll_s: float = EVENT_POLL_S,
+    ) -> None:
         self.event = event if event is not None else threading.Event()
-        self._poll_ms = None if event is None else _POLL_S * 1000  # None: no timeout
+        self._poll_ms = None if event is None else event_poll_s * 1000  # None: no timeout
         self.reason = "stop requested"
         self.reloads: list[Reload] = list(reload)
         self._signal: str | None = None
@@ -223,7 +228,10 @@ class Stop:
 
 @contextlib.contextmanager
 def stop_on_signals(
-    event: threading.Event | None = None, *, reload: Iterable[Reload] = ()
+    event: threading.Event | None = None,
+    *,
+    reload: Iterable[Reload] = (),
+    event_poll_s: float = EVENT_POLL_S,
 ) -> Iterator[Stop]:
     """While inside, SIGTERM and SIGINT end the :class:`Stop`'s wait (which then sets its
     event) and name themselves in its reason; ``event`` (when given) stops it too.
@@ -233,8 +241,9 @@ def stop_on_signals(
     Handlers are installed only on the main thread (elsewhere only ``event`` stops)
     and the previous ones are restored on leaving; SIGHUP's is too, unless it was the
     default action, which would end a daemon during its shutdown: it is ignored instead.
+    ``event_poll_s``: how often the wait looks at ``event``.
     """
-    stop = Stop(event, reload)
+    stop = Stop(event, reload, event_poll_s=event_poll_s)
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         stop.signalled(signum)
