@@ -256,10 +256,8 @@ class SimDeviceManager:
         *,
         numa_hint: int | Iterable[int] | None = None,
     ) -> AllocationResult:
-        """Allocate ``count`` devices of ``resource`` to a container, as the kubelet admits
-        it (``pod`` is a pod UID or any unique pod key). ``numa_hint`` is the topology
-        manager's NUMA affinity: devices on those nodes are taken first. Raises
-        AdmissionError. No lock is held during the gRPC calls."""
+        """Admit a container's ``count`` devices of ``resource``: see
+        :meth:`~podres_sim.kubelet.devicemanager.admission.Admission.allocate`."""
         return self._admission.allocate(pod, container, resource, count, numa_hint=numa_hint)
 
     def pre_start(self, pod: str, container: str) -> tuple[str, ...]:
