@@ -1,8 +1,9 @@
 """Scenario validation: what the schema's dataclasses check when they are built.
 
-The records (``scenario.records``) call these from their ``__post_init__``; this module
-reads the records' fields and the vocabulary (``scenario.kinds``), and imports the
-records for their types only.
+The records (``scenario.records``) call these from their ``__post_init__``. This module
+imports no record: it reads the fields that the shapes below name (the records have them)
+and the vocabulary (``scenario.kinds``), so the data imports its checks and never the
+other way round.
 
 ``check_node`` and ``check_scenario`` raise ScenarioError naming the source and the
 key (``node.reserved_cpus``, ``pods[2].containers[0].kind``); ``check_kubelet`` and
@@ -12,7 +13,8 @@ loader turns into a ScenarioError.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, get_args
+from collections.abc import Mapping, Sequence
+from typing import Protocol, get_args
 
 from podres_exporter.core.errors import ScenarioError
 from podres_exporter.core.kube import NameProblem, extended_resource_problem, is_hugepages_name
@@ -28,13 +30,105 @@ from podres_sim.scenario.kinds import (
     RpcMode,
 )
 
-if TYPE_CHECKING:  # the records call these checks when they are built
-    from podres_sim.scenario.records import (
-        DevicePluginsSpec,
-        KubeletBehaviour,
-        NodeSpec,
-        Scenario,
-    )
+# The fields each check reads, as the records have them (read-only: a frozen dataclass's
+# field satisfies a property).
+
+
+class _Device(Protocol):
+    @property
+    def resource(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def numa(self) -> tuple[int, ...] | None: ...
+
+
+class NodeShape(Protocol):
+    """What :func:`check_node` reads of a ``NodeSpec``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def numa_cpus(self) -> Sequence[Sequence[int]]: ...
+    @property
+    def numa_nodes(self) -> int: ...
+    @property
+    def reserved_cpus(self) -> Sequence[int]: ...
+    @property
+    def offline_cpus(self) -> Sequence[int]: ...
+    @property
+    def cpu_policy(self) -> str: ...
+    @property
+    def memory_policy(self) -> str: ...
+    @property
+    def memory(self) -> Mapping[str, Sequence[int]]: ...
+    @property
+    def devices(self) -> Sequence[_Device]: ...
+    @property
+    def resources(self) -> Sequence[str]: ...
+
+
+class _Container(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def cpu_m(self) -> int: ...
+    @property
+    def memory(self) -> int: ...
+    @property
+    def hugepages(self) -> Mapping[str, int]: ...
+    @property
+    def devices(self) -> Mapping[str, int]: ...
+    @property
+    def listed(self) -> bool: ...
+
+
+class _Pod(Protocol):
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def replicas(self) -> int: ...
+    @property
+    def naming(self) -> str: ...
+    @property
+    def qos(self) -> str | None: ...
+    @property
+    def cpu_m(self) -> int: ...
+    @property
+    def memory(self) -> int: ...
+    @property
+    def containers(self) -> Sequence[_Container]: ...
+
+
+class ScenarioShape(Protocol):
+    """What :func:`check_scenario` reads of a ``Scenario``."""
+
+    @property
+    def node(self) -> NodeShape: ...
+    @property
+    def pods(self) -> Sequence[_Pod]: ...
+    @property
+    def churn_interval_s(self) -> float: ...
+    @property
+    def plugin_resources(self) -> Sequence[str]: ...
+
+
+class PluginsShape(Protocol):
+    """What :func:`check_device_plugins` reads of a ``DevicePluginsSpec``."""
+
+    @property
+    def resources(self) -> Sequence[str]: ...
+    @property
+    def directory(self) -> str: ...
+    @property
+    def resource_grace_s(self) -> float: ...
+    @property
+    def retry_pending(self) -> bool: ...
+
 
 __all__ = ["check_device_plugins", "check_kubelet", "check_node", "check_scenario"]
 
@@ -53,7 +147,7 @@ _NAME_PROBLEMS = {
 }
 
 
-def check_node(node: NodeSpec, source: str, key: str) -> None:
+def check_node(node: NodeShape, source: str, key: str) -> None:
     """Check a node; ScenarioError names ``source`` and the key under ``key``."""
     if not node.numa_cpus:
         raise ScenarioError(source, f"{key}.numa_nodes", "a node needs at least one NUMA node")
@@ -112,7 +206,7 @@ def check_node(node: NodeSpec, source: str, key: str) -> None:
                 raise ScenarioError(source, f"{where}.numa", f"no such NUMA node: {bad}")
 
 
-def check_scenario(scenario: Scenario, source: str) -> None:
+def check_scenario(scenario: ScenarioShape, source: str) -> None:
     """Check what the node alone does not: churn, plugin resources and the pods."""
     node = scenario.node
     if scenario.churn_interval_s < 0:
@@ -174,7 +268,7 @@ def check_scenario(scenario: Scenario, source: str) -> None:
                     raise ScenarioError(source, f"{cw}.devices.{res}", "expected domain/name")
 
 
-def check_kubelet(kubelet: KubeletBehaviour) -> None:
+def check_kubelet(kubelet: object) -> None:
     """Check the kubelet's behaviour knobs; ValueError ``kubelet.<knob>: <problem>``."""
     for name, allowed in (
         ("api", ApiMode),
@@ -197,7 +291,7 @@ def check_kubelet(kubelet: KubeletBehaviour) -> None:
             raise ValueError(f"kubelet.{name}: expected true or false")
 
 
-def check_device_plugins(spec: DevicePluginsSpec) -> None:
+def check_device_plugins(spec: PluginsShape) -> None:
     """Check ``[device_plugins]``; ValueError ``device_plugins.<key>: <problem>``."""
     seen: set[str] = set()
     for r in spec.resources:

@@ -1,4 +1,5 @@
-"""What a poller keeps from one read of the devices to the next (:class:`StaticCache`).
+"""What a poller keeps from one read of the devices to the next (:class:`StaticCache`),
+and what it keeps of a PCI function (:class:`PciStatic`).
 
 Each kept value is keyed by its directory's path and valid while the directory has the
 same identity (device, inode, mtime), so a device that is removed, replaced or
@@ -11,17 +12,35 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from podres_exporter.sources.sysfs.attributes import AttributeReader
 from podres_exporter.sources.sysfs.files import DEFAULT_OPEN_FILES, DirId, OpenFiles
 
-if TYPE_CHECKING:
-    from podres_exporter.sources.sysfs.pci import PciStatic
-
-__all__ = ["Kept", "StaticCache"]
+__all__ = ["Kept", "PciStatic", "StaticCache"]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PciStatic:
+    """What a PCI function's sysfs files say that does not change while it exists."""
+
+    vendor_id: str
+    device_id: str
+    numa_node: int | None
+    physfn: str | None
+    max_link_speed_gts: float | None
+    max_link_width: int | None
+    # Whether it reports AER (its aer_dev_* files exist: a PCIe capability of the
+    # function; SR-IOV VFs often have none). Without, its counters are not tried.
+    aer: bool = True
+
+    @property
+    def complete(self) -> bool:
+        """Whether the ids were read (else it is read again next time)."""
+        return bool(self.vendor_id and self.device_id)
 
 
 class Kept(Generic[T]):

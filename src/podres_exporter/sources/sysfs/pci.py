@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -31,6 +30,7 @@ from podres_exporter.sources.sysfs.attributes import (
     parse_int,
     parse_text,
 )
+from podres_exporter.sources.sysfs.cache import PciStatic
 from podres_exporter.sources.sysfs.drm import CARD
 from podres_exporter.sources.sysfs.hwmon import first_int, hwmon_dirs, scaled
 from podres_exporter.sources.sysfs.scope import ReadScope
@@ -53,26 +53,6 @@ _SELECTED_SUBCLASSES: tuple[int, ...] = (0x0C06,)
 
 _AER_FILES = ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal")
 _NO_AER: Mapping[str, int] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class PciStatic:
-    """What a PCI function's sysfs files say that does not change while it exists."""
-
-    vendor_id: str
-    device_id: str
-    numa_node: int | None
-    physfn: str | None
-    max_link_speed_gts: float | None
-    max_link_width: int | None
-    # Whether it reports AER (its aer_dev_* files exist: a PCIe capability of the
-    # function; SR-IOV VFs often have none). Without, its counters are not tried.
-    aer: bool = True
-
-    @property
-    def complete(self) -> bool:
-        """Whether the ids were read (else it is read again next time)."""
-        return bool(self.vendor_id and self.device_id)
 
 
 _GONE = PciStatic("", "", None, None, None, None, aer=False)
