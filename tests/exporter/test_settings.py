@@ -19,7 +19,7 @@ from podres_exporter.daemon.values import (
     parse_listen_address,
     parse_size,
 )
-from podres_exporter.exporter.settings import BY_FLAG, DEFAULT_OPEN_FILES, OPTIONS, build
+from podres_exporter.exporter.settings import BY_FLAG, OPTIONS, build
 from podres_exporter.sources import sysfs
 
 NAMES = ("cpu", "devices")
@@ -234,7 +234,7 @@ def test_sysfs_open_files_takes_a_count_from_zero() -> None:
     """--sysfs-open-files: 4096 by default (the devices source's own default), 0 holds
     none; anything but a whole number is refused naming the flag and the value."""
     opt = BY_FLAG["--sysfs-open-files"]
-    assert build({}, {}).sysfs_open_files == DEFAULT_OPEN_FILES == sysfs.DEFAULT_OPEN_FILES
+    assert build({}, {}).sysfs_open_files == sysfs.DEFAULT_OPEN_FILES == 4096
     assert build({opt.flag: "0"}, {}).sysfs_open_files == 0
     assert build({}, {_env(opt): "512"}).sysfs_open_files == 512
     for bad in ("-1", "1.5", "lots", "", "٣"):

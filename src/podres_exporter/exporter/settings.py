@@ -48,6 +48,7 @@ from podres_exporter.daemon.values import (
     shown,
     size,
 )
+from podres_exporter.sources.sysfs import DEFAULT_OPEN_FILES
 
 DEFAULT_LISTEN = ":9842"
 
@@ -55,7 +56,6 @@ MIN_POLL_S = 0.05
 """--poll-interval at least 50ms: two kubelet calls a reading, 40 a second at most, under
 the kubelet's pod-resources rate limit (100 calls a second, shared by all its clients)."""
 
-DEFAULT_OPEN_FILES = 4096  # sources.sysfs.DEFAULT_OPEN_FILES, for the same reason
 MAX_OPEN_FILES = 65536
 """--sysfs-open-files: a large GPU node has some 2,000 counter files; 64Ki is far beyond any."""
 
