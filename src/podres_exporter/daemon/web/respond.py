@@ -81,19 +81,18 @@ class Responder:
 
     async def current_config(self) -> WebConfig | None:
         """The provider's configuration, asked off the loop (it may read a file)."""
-        if self._provider is None:
+        provider = self._provider
+        if provider is None:
             return None
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._probe_pool, self._ask_provider)
+        return await loop.run_in_executor(self._probe_pool, self._ask_provider, provider)
 
-    def _ask_provider(self) -> WebConfig | None:
+    def _ask_provider(self, provider: WebConfigProvider) -> WebConfig | None:
         """The configuration in force, from a pool thread. A provider that raises fails
         the connection (no TLS context: never plain HTTP instead) or the request (500),
         with one log event when it starts failing and one when it recovers."""
-        if self._provider is None:
-            return None
         try:
-            config = self._provider()
+            config = provider()
         except Exception as err:
             if not self._config_failing:
                 self._config_failing = True
