@@ -3,8 +3,10 @@ test (tests/daemon/web/tlsutil.py: no openssl run)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
+import json
 import socket
 import ssl
 import struct
@@ -13,11 +15,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import bcrypt
 import pytest
 import structlog
 
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer
-from podres_exporter.daemon.web.config import WebConfig, WebConfigProvider
+from podres_exporter.daemon.web.config import WebConfig, WebConfigProvider, load_web_config
 from tests.daemon.web.tlsutil import Issued, issue, make_ca
 from tests.daemon.web.tlsutil import client_context as trusting
 
@@ -90,6 +93,10 @@ def https_get(server: WebServer, ctx: ssl.SSLContext, path: str = "/metrics") ->
         conn.close()
 
 
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
 def served_certificate(server: WebServer, ctx: ssl.SSLContext) -> bytes:
     """The certificate (DER) the server presents to a new connection."""
     with (
@@ -140,20 +147,82 @@ def test_a_new_certificate_is_served_to_the_next_connection(
     assert served_certificate(server, ctx) == pki.server_b.der
 
 
-def test_client_certificates_are_required_when_configured(
+def required_cert_config(pki: Pki, **more: object) -> WebConfig:
+    """A web-config file with RequireAndVerifyClientCert (and ``more`` keys), loaded."""
+    cert, key = pki.server_a.write(pki.directory, "required-server")
+    ca = pki.directory / "required-ca.crt"
+    ca.write_bytes(pki.ca.cert_pem)
+    tls = {
+        "cert_file": str(cert),
+        "key_file": str(key),
+        "client_ca_file": str(ca),
+        "client_auth_type": "RequireAndVerifyClientCert",
+    }
+    path = pki.directory / "required-web-config.yml"
+    path.write_text(json.dumps({"tls_server_config": tls, **more}))
+    return load_web_config(str(path))
+
+
+def test_required_client_certificates_leave_the_probes_open(
+    serve: Callable[..., WebServer], pki: Pki
+) -> None:
+    """RequireAndVerifyClientCert: /healthz and /readyz answer a client without a
+    certificate (the kubelet's probes); every other path answers it 403; a client
+    with a certificate of the CA is served everywhere."""
+    server = serve(lambda: required_cert_config(pki))
+    bare, certified = client_context(pki), client_context(pki, pki.client)
+    assert https_get(server, bare, "/healthz") == (200, b"ok\n")
+    assert https_get(server, bare, "/readyz") == (200, b"ready\n")
+    for path in ("/metrics", "/", "/nope"):
+        assert https_get(server, bare, path) == (403, b"a client certificate is required\n")
+        assert https_get(server, certified, path)[0] in (200, 404)
+    assert https_get(server, certified) == (200, b"up 1\n")
+
+
+def test_a_certificate_the_ca_did_not_issue_fails_the_handshake(
     serve: Callable[..., WebServer], pki: Pki, debug_logs: list[structlog.typing.EventDict]
 ) -> None:
-    """CERT_REQUIRED with a CA: a client with a certificate it signed is served; one
-    without a certificate is refused during the handshake (one debug event)."""
-    config = WebConfig(tls=server_context(pki, pki.server_a, client_ca=True))
-    server = serve(lambda: config)
-    assert https_get(server, client_context(pki, pki.client)) == (200, b"up 1\n")
+    """RequireAndVerifyClientCert still verifies a certificate given at the handshake:
+    one from another CA is refused there (one debug event), even for the probes."""
+    server = serve(lambda: required_cert_config(pki))
+    stranger = issue(make_ca("another CA"), "stranger", dns=(), ips=())
     with pytest.raises((ssl.SSLError, ConnectionResetError, http.client.RemoteDisconnected)):
-        https_get(server, client_context(pki))
+        https_get(server, client_context(pki, stranger), "/healthz")
     deadline = time.monotonic() + 5
     while not any(e["event"] == "http_tls_handshake_failed" for e in debug_logs):
         assert time.monotonic() < deadline, debug_logs
         time.sleep(0.02)
+
+
+def test_a_required_certificate_is_checked_before_any_bcrypt(
+    serve: Callable[..., WebServer], pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With basic auth too, a client without a certificate is 403 at once, its
+    credentials never checked (no bcrypt for it); one with a certificate still needs
+    the password."""
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
+    config = required_cert_config(pki, basic_auth_users={"prometheus": hashed})
+    checked: list[bytes] = []
+    checkpw = bcrypt.checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        checked.append(hashed)
+        return checkpw(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    server = serve(lambda: config)
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", server.port, context=client_context(pki), timeout=10
+    )
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": basic("prometheus", "x")})
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (403, b"a client certificate is required\n")
+    finally:
+        conn.close()
+    assert checked == []
+    certified = client_context(pki, pki.client)
+    assert https_get(server, certified)[0] == 401
 
 
 def test_plain_http_to_a_tls_server_is_one_debug_event_and_no_traceback(

@@ -387,7 +387,7 @@ class WebServer:
         self._connections.busy(conn)
         try:
             assert self._answers is not None
-            response, extra = await self._answers.response(request)
+            response, extra = await self._answers.response(request, writer.get_extra_info)
             keep_alive = request.keep_alive and not self._stopping
             if not keep_alive:
                 connection: str | None = "close"

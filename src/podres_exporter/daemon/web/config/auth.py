@@ -18,9 +18,10 @@ BCRYPT_MAX_PASSWORD_BYTES = 72
 
 @functools.cache
 def dummy_hash(cost: int) -> bytes:
-    """Checked against when the user is unknown, so that an unknown user costs what a
-    known one does and the timing does not tell which names exist (the cost of the
-    configured hashes). Made on first use: loading a file costs no bcrypt."""
+    """Checked against at ``cost`` in place of a user's own hash (an unknown user, or
+    one whose hash has another cost): every check goes through one hash of each cost
+    configured, so that the timing tells neither which names exist nor their costs
+    (:meth:`WebConfig.plan`). Made on first use: loading a file costs no bcrypt."""
     return bcrypt.hashpw(b"podres-no-such-user", bcrypt.gensalt(rounds=cost))
 
 

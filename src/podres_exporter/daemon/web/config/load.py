@@ -30,9 +30,13 @@ class WebConfig:
 
     ``tls``: the server context (None: plain HTTP). ``users``: user name to bcrypt
     hash (empty: no authentication). ``headers``: added to every response.
+    ``client_cert_required``: every path but the probes needs a client certificate that
+    the TLS context verified (``RequireAndVerifyClientCert``; the context itself only
+    asks for one, so that the kubelet's probes, which send none, get through).
     """
 
     tls: ssl.SSLContext | None = None
+    client_cert_required: bool = False
     users: Mapping[str, bytes] = field(default_factory=dict, repr=False)  # no hash in a log
     headers: tuple[tuple[str, str], ...] = ()
     header_bytes: bytes = field(init=False, repr=False)
@@ -87,7 +91,9 @@ class WebConfig:
         configured user whose password matches its bcrypt hash pass. A malformed
         header is refused at once (see :meth:`well_formed`); an unknown user and a
         password over 72 bytes are refused after the same bcrypt work as a wrong
-        password, so the answer's timing says nothing about names or passwords.
+        password, and every user costs one bcrypt at each configured cost
+        (:meth:`plan`), so the answer's timing says nothing about names, their costs
+        or passwords.
         Successful checks are remembered (a digest of user, password and hash), so a
         scraper does not pay a bcrypt per scrape. Never raises.
         """
@@ -101,11 +107,11 @@ class WebConfig:
         user, password = credentials
         hashed = self._hash_of(user)
         key = self._key(user, password)
+        ok = False
         with self._work:
-            ok = check_password(
-                password, hashed if hashed is not None else dummy_hash(self._cost())
-            )
-        ok = ok and hashed is not None
+            for candidate in self.plan(hashed):
+                matched = check_password(password, candidate)
+                ok = ok or (matched and candidate is hashed)
         if ok:
             with self._lock:
                 self._ok[key] = None
@@ -128,12 +134,29 @@ class WebConfig:
                 found = hashed
         return found
 
-    def _cost(self) -> int:
-        """The cost of the first configured hash (``$2b$NN$...``), for the dummy check."""
-        for hashed in self.users.values():
-            with contextlib.suppress(ValueError):
-                return int(hashed[4:6])
-        return DEFAULT_COST
+    def plan(self, hashed: bytes | None) -> tuple[bytes, ...]:
+        """The hashes a check of a user with ``hashed`` (None: unknown) goes through:
+        one per bcrypt cost configured, ascending, the user's own at its cost and a
+        dummy at the others. Every user, known or not, whatever its cost, thus costs
+        the same bcrypt work, and the timing tells neither names nor costs. With one
+        cost configured (the usual file) that is one bcrypt."""
+        own = _cost_of(hashed) if hashed is not None else None
+        return tuple(
+            hashed if cost == own and hashed is not None else dummy_hash(cost)
+            for cost in self.costs
+        )
+
+    @property
+    def costs(self) -> tuple[int, ...]:
+        """The bcrypt costs of the configured hashes, each once, ascending."""
+        return tuple(sorted({_cost_of(hashed) for hashed in self.users.values()}))
+
+
+def _cost_of(hashed: bytes) -> int:
+    """The cost of a bcrypt hash (``$2b$NN$...``); the default for a malformed one."""
+    with contextlib.suppress(ValueError):
+        return int(hashed[4:6])
+    return DEFAULT_COST
 
 
 WebConfigProvider = Callable[[], WebConfig | None]
@@ -156,4 +179,5 @@ def load_web_config(path: str) -> WebConfig:
 def build(source: Source, spec: Spec) -> WebConfig:
     """The :class:`WebConfig` of a parsed file: reads the certificate, key and CA."""
     tls = context(source, spec.tls) if spec.tls is not None else None
-    return WebConfig(tls=tls, users=spec.users, headers=spec.headers)
+    required = spec.tls is not None and spec.tls.verify == ssl.CERT_REQUIRED
+    return WebConfig(tls=tls, client_cert_required=required, users=spec.users, headers=spec.headers)

@@ -62,6 +62,18 @@ _CIPHERS: dict[str, str | None] = {
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
 }
 
+# The TLS 1.2 suites served when the file names none: forward secret and AEAD, each one
+# that the file may name (OpenSSL's own default adds CBC suites with SHA-2 MACs, such as
+# ECDHE-RSA-AES256-SHA384, that are none of Go's names and that the file cannot name).
+DEFAULT_CIPHERS = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+)
+
 # Go's curve names (the toolkit's table) to OpenSSL's.
 _CURVES = {
     "CurveP256": "prime256v1",
@@ -257,12 +269,15 @@ def context(source: Source, spec: TlsSpec) -> ssl.SSLContext:
     _load_chain(source, context, spec.cert, spec.key)
     if spec.client_ca is not None:
         _load_ca(source, context, spec.client_ca)
-    context.verify_mode = spec.verify
-    if spec.ciphers:
-        try:
-            context.set_ciphers(":".join(spec.ciphers))
-        except ssl.SSLError:
-            source.fail(f"{_TLS}.cipher_suites", "none of them is available in this OpenSSL")
+    # A certificate is asked for at the handshake and verified when given, but never
+    # required there: the kubelet's HTTPS probes send none. RequireAndVerifyClientCert
+    # is enforced per request instead (WebConfig.client_cert_required), outside the
+    # probes.
+    context.verify_mode = ssl.CERT_OPTIONAL if spec.verify == ssl.CERT_REQUIRED else spec.verify
+    try:
+        context.set_ciphers(":".join(spec.ciphers or DEFAULT_CIPHERS))
+    except ssl.SSLError:
+        source.fail(f"{_TLS}.cipher_suites", "none of them is available in this OpenSSL")
     if spec.prefer_server:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     else:
