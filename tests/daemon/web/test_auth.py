@@ -279,3 +279,102 @@ def test_a_ready_body_on_a_kept_alive_connection_still_needs_credentials() -> No
     finally:
         conn.close()
         server.stop()
+
+
+def test_every_user_costs_one_bcrypt_at_each_configured_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Users of bcrypt costs 4 and 5, and an unknown user: a wrong password for each goes
+    through the same bcrypt costs in the same order, so the timing tells no user (nor its
+    cost) apart; right passwords still pass, each for its own user only."""
+    users = {
+        "cheap": bcrypt.hashpw(b"cheap-pw", bcrypt.gensalt(4)),
+        "dear": bcrypt.hashpw(b"dear-pw", bcrypt.gensalt(5)),
+    }
+    config = WebConfig(users=users)
+    costs: list[int] = []
+    real = bcrypt.checkpw
+
+    def recording(password: bytes, hashed: bytes) -> bool:
+        costs.append(int(hashed[4:6]))
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", recording)
+    seen = {}
+    for user in ("cheap", "dear", "nobody"):
+        costs.clear()
+        assert not config.authorized(basic(user, b"wrong")["Authorization"])
+        seen[user] = list(costs)
+    assert seen == {"cheap": [4, 5], "dear": [4, 5], "nobody": [4, 5]}
+    assert config.authorized(basic("cheap", b"cheap-pw")["Authorization"])
+    assert config.authorized(basic("dear", b"dear-pw")["Authorization"])
+    assert not config.authorized(basic("cheap", b"dear-pw")["Authorization"])
+    assert not config.authorized(basic("nobody", b"podres-no-such-user")["Authorization"])
+
+
+def test_one_cost_configured_is_one_bcrypt_per_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every hash at one cost (the usual file), a check costs one bcrypt, the unknown
+    user's included."""
+    config = WebConfig(users={"a": HASH, "b": bcrypt.hashpw(b"x", bcrypt.gensalt(4))})
+    calls: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def recording(password: bytes, hashed: bytes) -> bool:
+        calls.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", recording)
+    for user in ("a", "b", "nobody"):
+        assert not config.authorized(basic(user, b"wrong")["Authorization"])
+    assert len(calls) == 3
+    assert calls[0] == HASH
+
+
+def from_address(
+    server: WebServer, source: str, headers: dict[str, str], timeout: float = 10
+) -> tuple[int, dict[str, str], bytes]:
+    """A GET of /metrics from the loopback address ``source``."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", server.port, timeout=timeout, source_address=(source, 0)
+    )
+    try:
+        conn.request("GET", "/metrics", headers=headers)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_flood_of_wrong_passwords_cannot_keep_a_right_one_out(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every bcrypt place held by wrong passwords from one address (after a restart: the
+    right password not yet remembered): a right password from another address takes the
+    place of the flood's newest check (that one is 503) and is checked after at most
+    one more of the flood's, not refused."""
+    config = protected()
+    server = serve(lambda: config, Limits(auth_workers=1, max_pending_auth=4))
+    release = threading.Event()
+    real = bcrypt.checkpw
+
+    def slow_checkpw(password: bytes, hashed: bytes) -> bool:
+        release.wait(10)
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", slow_checkpw)
+    wrong = basic("prom", b"wrong")
+    with ThreadPoolExecutor(5) as clients:
+        flood = [clients.submit(from_address, server, "127.0.0.1", wrong) for _ in range(4)]
+        try:
+            deadline = time.monotonic() + 5
+            while server.pending_auth < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.pending_auth == 4
+            right = clients.submit(from_address, server, "127.0.0.2", GOOD)
+            while not any(f.done() for f in flood) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.pending_auth == 4
+        finally:
+            release.set()
+        assert right.result()[::2] == (200, b"up 1\n")
+        assert sorted(f.result()[0] for f in flood) == [401, 401, 401, 503]

@@ -21,7 +21,8 @@ import structlog
 
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer
 from podres_exporter.daemon.web.config import WebConfig, WebConfigProvider, load_web_config
-from tests.daemon.web.tlsutil import Issued, issue, make_ca
+from podres_exporter.daemon.web.config.tls import _CIPHERS
+from tests.daemon.web.tlsutil import Issued, handshake, issue, make_ca
 from tests.daemon.web.tlsutil import client_context as trusting
 
 SITE = Site(
@@ -295,3 +296,27 @@ def test_a_tls_client_leaving_mid_response_is_one_debug_event_and_no_stderr(
     gone = [e for e in debug_logs if e["event"] == "http_client_gone"]
     assert len(gone) == 1 and gone[0]["log_level"] == "debug"
     assert capfd.readouterr().err == ""
+
+
+def test_the_default_tls12_suites_are_ones_accepted_by_name(pki: Pki) -> None:
+    """With no cipher_suites, every TLS 1.2 suite served is one cipher_suites accepts by
+    name: a client offering only OpenSSL's default CBC suites (SHA-2 MACs) is refused."""
+    cert, key = pki.server_a.write(pki.directory, "default-suites")
+    path = pki.directory / "default-suites.yml"
+    path.write_text(
+        json.dumps({"tls_server_config": {"cert_file": str(cert), "key_file": str(key)}})
+    )
+    context = load_web_config(str(path)).tls
+    assert context is not None
+    served = {c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"}
+    accepted = {name for name in _CIPHERS.values() if name is not None}
+    assert served and served <= accepted, served - accepted
+    for cbc in ("ECDHE-RSA-AES256-SHA384", "ECDHE-RSA-AES128-SHA256"):
+        client = client_context(pki)
+        client.maximum_version = ssl.TLSVersion.TLSv1_2
+        client.set_ciphers(cbc)
+        assert handshake(context, client).server_error is not None, cbc
+    client = client_context(pki)
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    done = handshake(context, client)
+    assert done.ok and done.cipher in accepted, done
