@@ -58,9 +58,10 @@ class FairQueue:
     other address waiting, however many one address sent. When every place is taken,
     a newcomer takes the place of the newest waiting check of the address that holds
     the most, if that address holds at least two more than the newcomer's (that check
-    is then refused); else the newcomer is refused. A flood of wrong passwords from
-    fewer than ``capacity`` addresses therefore cannot keep a right password from
-    another address out: it is checked after at most one check per flooding address.
+    is then refused); else the newcomer is refused. A flood of wrong passwords from at
+    most ``capacity - 2`` addresses therefore cannot keep a right password from another
+    address out (one of them holds two places or more): it is checked after at most one
+    check per flooding address.
     Runs on the server's loop; not thread-safe.
     """
 
