@@ -12,9 +12,7 @@ is deleted afterwards.
 
 from __future__ import annotations
 
-import http.client
 import os
-import ssl
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.daemon.web.spies import https_get
 from tests.daemon.web.tlsutil import Issued, client_context, issue, make_ca
 from tests.e2e.cluster import Cluster, wait_for
 from tests.e2e.conftest import OVERLAY, REPO
@@ -72,16 +71,6 @@ class Pki:
         self.ca = make_ca("podres e2e CA")
         self.server = issue(self.ca, "podres-exporter", dns=("podres-exporter",))
         self.client: Issued = issue(self.ca, "prometheus", dns=(), ips=())
-
-
-def https_get(port: int, ctx: ssl.SSLContext, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
 
 
 def restarts(cluster: Cluster) -> dict[str, int]:

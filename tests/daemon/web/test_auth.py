@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer
 from podres_exporter.daemon.web.config import WebConfig, WebConfigProvider
+from tests.daemon.web.spies import hold_bcrypt, record_bcrypt
 
 PASSWORD = b"s3cret"
 HASH = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(rounds=4))  # the cheapest cost: a fast test
@@ -89,6 +90,14 @@ def request(
         return resp.status, dict(resp.getheaders()), resp.read()
     finally:
         conn.close()
+
+
+def wait_for_pending(server: WebServer, count: int) -> None:
+    """Until ``count`` bcrypt checks are held (5 s at most)."""
+    deadline = time.monotonic() + 5
+    while server.pending_auth < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.pending_auth == count
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/", "/nope"])
@@ -169,22 +178,12 @@ def test_a_remembered_login_and_the_probes_do_not_wait_for_bcrypt(
     config = protected()
     server = serve(lambda: config, Limits(auth_workers=1, max_pending_auth=2))
     assert request(server, "/metrics", GOOD)[0] == 200  # now remembered
-    release = threading.Event()
-    real = bcrypt.checkpw
-
-    def slow_checkpw(password: bytes, hashed: bytes) -> bool:
-        release.wait(10)
-        return real(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", slow_checkpw)
+    release = hold_bcrypt(monkeypatch)
     wrong = basic("prom", b"wrong")
     with ThreadPoolExecutor(2) as clients:
         stuck = [clients.submit(request, server, "/metrics", wrong) for _ in range(2)]
         try:
-            deadline = time.monotonic() + 5
-            while server.pending_auth < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert server.pending_auth == 2
+            wait_for_pending(server, 2)
             assert request(server, "/metrics", GOOD, timeout=3)[::2] == (200, b"up 1\n")
             assert request(server, "/healthz", timeout=3)[::2] == (200, b"ok\n")
             assert request(server, "/metrics", {"Authorization": "Basic !!"}, timeout=3)[0] == 401
@@ -292,19 +291,12 @@ def test_every_user_costs_one_bcrypt_at_each_configured_cost(
         "dear": bcrypt.hashpw(b"dear-pw", bcrypt.gensalt(5)),
     }
     config = WebConfig(users=users)
-    costs: list[int] = []
-    real = bcrypt.checkpw
-
-    def recording(password: bytes, hashed: bytes) -> bool:
-        costs.append(int(hashed[4:6]))
-        return real(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", recording)
+    checked = record_bcrypt(monkeypatch)
     seen = {}
     for user in ("cheap", "dear", "nobody"):
-        costs.clear()
+        checked.clear()
         assert not config.authorized(basic(user, b"wrong")["Authorization"])
-        seen[user] = list(costs)
+        seen[user] = [int(hashed[4:6]) for hashed in checked]
     assert seen == {"cheap": [4, 5], "dear": [4, 5], "nobody": [4, 5]}
     assert config.authorized(basic("cheap", b"cheap-pw")["Authorization"])
     assert config.authorized(basic("dear", b"dear-pw")["Authorization"])
@@ -316,14 +308,7 @@ def test_one_cost_configured_is_one_bcrypt_per_check(monkeypatch: pytest.MonkeyP
     """With every hash at one cost (the usual file), a check costs one bcrypt, the unknown
     user's included."""
     config = WebConfig(users={"a": HASH, "b": bcrypt.hashpw(b"x", bcrypt.gensalt(4))})
-    calls: list[bytes] = []
-    real = bcrypt.checkpw
-
-    def recording(password: bytes, hashed: bytes) -> bool:
-        calls.append(hashed)
-        return real(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", recording)
+    calls = record_bcrypt(monkeypatch)
     for user in ("a", "b", "nobody"):
         assert not config.authorized(basic(user, b"wrong")["Authorization"])
     assert len(calls) == 3
@@ -354,23 +339,14 @@ def test_a_flood_of_wrong_passwords_cannot_keep_a_right_one_out(
     one more of the flood's, not refused."""
     config = protected()
     server = serve(lambda: config, Limits(auth_workers=1, max_pending_auth=4))
-    release = threading.Event()
-    real = bcrypt.checkpw
-
-    def slow_checkpw(password: bytes, hashed: bytes) -> bool:
-        release.wait(10)
-        return real(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", slow_checkpw)
+    release = hold_bcrypt(monkeypatch)
     wrong = basic("prom", b"wrong")
     with ThreadPoolExecutor(5) as clients:
         flood = [clients.submit(from_address, server, "127.0.0.1", wrong) for _ in range(4)]
         try:
-            deadline = time.monotonic() + 5
-            while server.pending_auth < 4 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert server.pending_auth == 4
+            wait_for_pending(server, 4)
             right = clients.submit(from_address, server, "127.0.0.2", GOOD)
+            deadline = time.monotonic() + 5
             while not any(f.done() for f in flood) and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert server.pending_auth == 4

@@ -22,6 +22,8 @@ import structlog
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer
 from podres_exporter.daemon.web.config import WebConfig, WebConfigProvider, load_web_config
 from podres_exporter.daemon.web.config.tls import _CIPHERS
+from tests.daemon.web import spies
+from tests.daemon.web.spies import record_bcrypt
 from tests.daemon.web.tlsutil import Issued, handshake, issue, make_ca
 from tests.daemon.web.tlsutil import client_context as trusting
 
@@ -85,13 +87,7 @@ def serve() -> Iterator[Callable[..., WebServer]]:
 
 
 def https_get(server: WebServer, ctx: ssl.SSLContext, path: str = "/metrics") -> tuple[int, bytes]:
-    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=ctx, timeout=10)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+    return spies.https_get(server.port, ctx, path)
 
 
 def basic(user: str, password: str) -> str:
@@ -203,24 +199,11 @@ def test_a_required_certificate_is_checked_before_any_bcrypt(
     the password."""
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
     config = required_cert_config(pki, basic_auth_users={"prometheus": hashed})
-    checked: list[bytes] = []
-    checkpw = bcrypt.checkpw
-
-    def counting(password: bytes, hashed: bytes) -> bool:
-        checked.append(hashed)
-        return checkpw(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    checked = record_bcrypt(monkeypatch)
     server = serve(lambda: config)
-    conn = http.client.HTTPSConnection(
-        "127.0.0.1", server.port, context=client_context(pki), timeout=10
-    )
-    try:
-        conn.request("GET", "/metrics", headers={"Authorization": basic("prometheus", "x")})
-        resp = conn.getresponse()
-        assert (resp.status, resp.read()) == (403, b"a client certificate is required\n")
-    finally:
-        conn.close()
+    wrong = {"Authorization": basic("prometheus", "x")}
+    answer = spies.https_get(server.port, client_context(pki), "/metrics", wrong)
+    assert answer == (403, b"a client certificate is required\n")
     assert checked == []
     certified = client_context(pki, pki.client)
     assert https_get(server, certified)[0] == 401
