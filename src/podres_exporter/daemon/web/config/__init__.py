@@ -12,7 +12,10 @@ when they change.
 What Python's ``ssl`` cannot do the way Go's ``crypto/tls`` does is refused by name,
 never approximated: ``client_auth_type: RequireAnyClientCert`` (a certificate required
 but not verified), ``client_allowed_sans``, more than one ``curve_preferences`` entry and
-``rate_limit``. docs/security.md has the whole table.
+``rate_limit``. docs/security.md has the whole table. ``RequireAndVerifyClientCert``
+verifies a certificate at the handshake when one is given, and is enforced per request
+outside ``/healthz`` and ``/readyz`` (:attr:`WebConfig.client_cert_required`), so that the
+kubelet's probes, which send none, get through.
 """
 
 from podres_exporter.daemon.web.config.auth import BCRYPT_MAX_PASSWORD_BYTES
