@@ -24,7 +24,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -42,6 +42,18 @@ from podres_exporter.core.errors import (
     KubeletResponseTooLarge,
     KubeletTimeout,
     KubeletUnavailable,
+)
+from podres_exporter.core.limits import (
+    CONTAINERS_OVER_LIMIT,
+    CPUS_OVER_LIMIT,
+    DEFAULT_LIMITS,
+    DEVICES_OVER_LIMIT,
+    DUPLICATE_POD,
+    PODS_OVER_LIMIT,
+    UNLIMITED,
+    AnswerLimits,
+    Trim,
+    merge_duplicates,
 )
 from podres_exporter.core.model import (
     Allocatable,
@@ -103,32 +115,50 @@ def _merge_numa(a: NumaNodes, b: NumaNodes) -> NumaNodes:
     return tuple(sorted(set(a) | set(b)))
 
 
-def devices_from_wire(entries: Iterable[Any]) -> tuple[DeviceRef, ...]:
+def devices_from_wire(
+    entries: Sequence[Any], trim: Trim | None = None, most: int | None = None
+) -> tuple[DeviceRef, ...]:
     """Aggregate ContainerDevices entries into one DeviceRef per (resource, id).
 
     Modern kubelets send one entry per device and NUMA node (a device on two
     nodes appears twice); older ones group ids per resource. Either way the ids
     are de-duplicated and their NUMA nodes merged. Sorted for stable output.
+    At most ``most`` ids (default: the trim's devices per container) are read; an
+    entry left out whole counts as one id dropped.
     """
+    trim = trim or Trim(UNLIMITED)
+    allow = trim.limits.devices if most is None else most
+    if len(entries) > allow:
+        trim.dropped[DEVICES_OVER_LIMIT] += len(entries) - allow
+        entries = entries[:allow]
     merged: dict[tuple[str, str], NumaNodes] = {}
     placed: bool | None = None  # whether the entries have a topology (v1alpha1's have none)
     for entry in entries:
         if placed is None:
             placed = hasattr(entry, "topology")
         numa = _numa(entry) if placed else None
-        for device_id in entry.device_ids:
+        ids = trim.take(entry.device_ids, allow, DEVICES_OVER_LIMIT)
+        allow -= len(ids)
+        for device_id in ids:
             key = (entry.resource_name, device_id)
             merged[key] = _merge_numa(merged[key], numa) if key in merged else numa
     return tuple([DeviceRef(r, d, merged[(r, d)]) for r, d in device_key_order(merged)])
 
 
-def memory_from_wire(blocks: Iterable[Any]) -> tuple[MemoryBlock, ...]:
+def memory_from_wire(blocks: Sequence[Any], trim: Trim | None = None) -> tuple[MemoryBlock, ...]:
     """ContainerMemory messages as MemoryBlocks, sorted by type and placement."""
-    out = [MemoryBlock(b.memory_type, int(b.size), _numa(b)) for b in blocks]
+    trim = trim or Trim(UNLIMITED)
+    kept = trim.take(blocks, trim.limits.devices, DEVICES_OVER_LIMIT)
+    out = [MemoryBlock(b.memory_type, int(b.size), _numa(b)) for b in kept]
     return tuple(sorted(out, key=lambda m: (m.memory_type, m.numa or (), m.size_bytes)))
 
 
-def _dynamic_from_wire(items: Iterable[Any]) -> tuple[DynamicResource, ...]:
+def _cpus(ids: Sequence[int], trim: Trim) -> frozenset[int]:
+    return frozenset(int(x) for x in trim.take(ids, trim.limits.cpus, CPUS_OVER_LIMIT))
+
+
+def _dynamic_from_wire(items: Sequence[Any], trim: Trim) -> tuple[DynamicResource, ...]:
+    most = trim.limits.devices
     return tuple(
         DynamicResource(
             claim_namespace=d.claim_namespace,
@@ -138,53 +168,64 @@ def _dynamic_from_wire(items: Iterable[Any]) -> tuple[DynamicResource, ...]:
                     driver=c.driver_name,
                     pool=c.pool_name,
                     device=c.device_name,
-                    cdi_devices=tuple(x.name for x in c.cdi_devices),
+                    cdi_devices=tuple(
+                        x.name for x in trim.take(c.cdi_devices, most, DEVICES_OVER_LIMIT)
+                    ),
                     share_id=c.share_id if c.HasField("share_id") else None,
                 )
-                for c in d.claim_resources
+                for c in trim.take(d.claim_resources, most, DEVICES_OVER_LIMIT)
             ),
         )
-        for d in items
+        for d in trim.take(items, most, DEVICES_OVER_LIMIT)
     )
 
 
-def pod_from_v1(p: Any) -> PodAlloc:
-    """A v1 PodResources message as a PodAlloc."""
+def _containers(p: Any, trim: Trim) -> Sequence[Any]:
+    return trim.take(p.containers, trim.limits.containers, CONTAINERS_OVER_LIMIT)
+
+
+def pod_from_v1(p: Any, trim: Trim | None = None) -> PodAlloc:
+    """A v1 PodResources message as a PodAlloc, within ``trim``'s limits."""
+    trim = trim or Trim(UNLIMITED)
     return PodAlloc(
         namespace=p.namespace,
         name=p.name,
         containers=tuple(
             ContainerAlloc(
                 name=c.name,
-                cpu_ids=frozenset(int(x) for x in c.cpu_ids),
-                devices=devices_from_wire(c.devices),
-                memory=memory_from_wire(c.memory),
-                dynamic_resources=_dynamic_from_wire(c.dynamic_resources),
+                cpu_ids=_cpus(c.cpu_ids, trim),
+                devices=devices_from_wire(c.devices, trim),
+                memory=memory_from_wire(c.memory, trim),
+                dynamic_resources=_dynamic_from_wire(c.dynamic_resources, trim),
             )
-            for c in p.containers
+            for c in _containers(p, trim)
         ),
-        cpu_ids=frozenset(int(x) for x in p.cpu_ids),
-        memory=memory_from_wire(p.memory),
+        cpu_ids=_cpus(p.cpu_ids, trim),
+        memory=memory_from_wire(p.memory, trim),
     )
 
 
-def pod_from_v1alpha1(p: Any) -> PodAlloc:
+def pod_from_v1alpha1(p: Any, trim: Trim | None = None) -> PodAlloc:
     """A v1alpha1 PodResources message (devices only) as a PodAlloc."""
+    trim = trim or Trim(UNLIMITED)
     return PodAlloc(
         namespace=p.namespace,
         name=p.name,
         containers=tuple(
-            ContainerAlloc(name=c.name, devices=devices_from_wire(c.devices)) for c in p.containers
+            ContainerAlloc(name=c.name, devices=devices_from_wire(c.devices, trim))
+            for c in _containers(p, trim)
         ),
     )
 
 
-def allocatable_from_wire(resp: Any) -> Allocatable:
-    """An AllocatableResourcesResponse as our Allocatable."""
+def allocatable_from_wire(resp: Any, trim: Trim | None = None) -> Allocatable:
+    """An AllocatableResourcesResponse as our Allocatable; its devices are bounded by
+    the answer's budget of entries alone (a node's devices are many containers')."""
+    trim = trim or Trim(UNLIMITED)
     return Allocatable(
-        cpu_ids=frozenset(int(x) for x in resp.cpu_ids),
-        devices=devices_from_wire(resp.devices),
-        memory=memory_from_wire(resp.memory),
+        cpu_ids=_cpus(resp.cpu_ids, trim),
+        devices=devices_from_wire(resp.devices, trim, most=trim.limits.entries),
+        memory=memory_from_wire(resp.memory, trim),
     )
 
 
@@ -195,7 +236,8 @@ class PodCache:
     """Converted pods kept from one List answer to the next, keyed by each pod message's
     serialised bytes: an unchanged pod costs a serialisation and a dict lookup instead of
     a conversion (most pods of a node do not change between polls). The model objects are
-    frozen, so one is safely shared by successive readings.
+    frozen, so one is safely shared by successive readings. A pod trimmed by the limits is
+    not kept (it is converted again, within them, at each answer).
 
     Only the pods of the latest answer are kept: a pod that left the node leaves the cache
     at the next answer, so memory follows the node's size, never its churn. Not
@@ -203,31 +245,40 @@ class PodCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[bytes, PodAlloc] = {}
-        self._convert: Callable[[Any], PodAlloc] | None = None
+        self._entries: dict[bytes, tuple[PodAlloc, int]] = {}
+        self._convert: Callable[[Any, Trim], PodAlloc] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def convert(
-        self, messages: Iterable[Any], convert: Callable[[Any], PodAlloc]
+        self,
+        messages: Iterable[Any],
+        convert: Callable[[Any, Trim], PodAlloc],
+        trim: Trim | None = None,
     ) -> tuple[PodAlloc, ...]:
-        """``convert`` of each message, reusing the last answer's objects for the same bytes.
+        """``convert`` of each message, reusing the last answer's objects for the same bytes
+        (each charged to ``trim`` as its entries).
 
         Another ``convert`` (the API version changed) starts from an empty cache.
         """
+        trim = trim or Trim(UNLIMITED)
         previous = self._entries if convert is self._convert else {}
-        current: dict[bytes, PodAlloc] = {}
+        current: dict[bytes, tuple[PodAlloc, int]] = {}
         out: list[PodAlloc] = []
         for message in messages:
             key = message.SerializeToString()
-            pod = current.get(key)
-            if pod is None:
-                pod = previous.get(key)
-                if pod is None:
-                    pod = convert(message)
-                current[key] = pod
-            out.append(pod)
+            hit = current.get(key) or previous.get(key)
+            if hit is not None and hit[1] <= trim.left:
+                trim.charge(hit[1], {})
+            else:
+                left, dropped = trim.left, trim.dropped.total()
+                hit = (convert(message, trim), left - trim.left)
+                if trim.dropped.total() != dropped:
+                    out.append(hit[0])
+                    continue
+            current[key] = hit
+            out.append(hit[0])
         self._entries = current
         self._convert = convert
         return tuple(out)
@@ -302,20 +353,23 @@ class KubeletClient:
     ``socket_path``: the kubelet's pod-resources socket.
     ``max_message_bytes``: receive limit per response.
     ``timeout_s``: deadline of each call.
+    ``limits``: how much of one answer becomes objects (:mod:`~podres_exporter.core.limits`).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the settings of the client and two clocks, by keyword
         self,
         socket_path: str = DEFAULT_SOCKET,
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        limits: AnswerLimits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.socket_path = socket_path
         self._max = max_message_bytes
         self._timeout = timeout_s
+        self._limits = limits
         self._clock = clock
         self._wall = wall_clock
         self._stats = _Stats()
@@ -327,7 +381,8 @@ class KubeletClient:
         self.allocatable_support = Support.UNKNOWN
         self.get_support = Support.UNKNOWN
         self._pods = PodCache()
-        self._allocatable_cache: tuple[bytes, Allocatable] | None = None
+        self._allocatable_cache: tuple[bytes, Allocatable, Mapping[str, int]] | None = None
+        self._dropped_kinds: frozenset[str] = frozenset()
 
     # -- channel
 
@@ -399,11 +454,12 @@ class KubeletClient:
         self._stats.observe(method, "OK", self._clock() - start)
         return result
 
-    def _list(self) -> tuple[PodAlloc, ...]:
+    def _list(self, trim: Trim) -> tuple[PodAlloc, ...]:
         if self.api_version is ApiVersion.V1:
             try:
                 resp = self._call(LIST, self._v1.List, v1.ListPodResourcesRequest())
-                return self._pods.convert(resp.pod_resources, pod_from_v1)
+                pods = trim.take(resp.pod_resources, self._limits.pods, PODS_OVER_LIMIT)
+                return self._pods.convert(pods, pod_from_v1, trim)
             except KubeletNotServed as err:
                 if err.code != "UNIMPLEMENTED":
                     raise
@@ -416,9 +472,10 @@ class KubeletClient:
                 )
                 self.api_version = ApiVersion.V1ALPHA1
         resp = self._call(LIST_V1ALPHA1, self._v1alpha1.List, v1alpha1.ListPodResourcesRequest())
-        return self._pods.convert(resp.pod_resources, pod_from_v1alpha1)
+        pods = trim.take(resp.pod_resources, self._limits.pods, PODS_OVER_LIMIT)
+        return self._pods.convert(pods, pod_from_v1alpha1, trim)
 
-    def _allocatable(self) -> Allocatable | None:
+    def _allocatable(self, trim: Trim) -> Allocatable | None:
         if self.api_version is not ApiVersion.V1 or self.allocatable_support in (
             Support.DISABLED,
             Support.UNIMPLEMENTED,
@@ -444,7 +501,10 @@ class KubeletClient:
         self.allocatable_support = Support.SERVED
         key = resp.SerializeToString()
         if self._allocatable_cache is None or self._allocatable_cache[0] != key:
-            self._allocatable_cache = (key, allocatable_from_wire(resp))
+            allocatable = allocatable_from_wire(resp, trim)
+            self._allocatable_cache = (key, allocatable, trim.frozen())
+        else:
+            trim.charge(0, self._allocatable_cache[2])
         return self._allocatable_cache[1]
 
     def read(self) -> KubeletReading:
@@ -453,8 +513,14 @@ class KubeletClient:
         Raises a :class:`~podres_exporter.core.errors.KubeletError` subclass on failure.
         """
         self._connect()
-        pods = self._list()
-        allocatable = self._allocatable()
+        trim = Trim(self._limits)
+        pods, copies = merge_duplicates(self._list(trim))
+        trim.dropped[DUPLICATE_POD] += copies
+        allocatable_trim = Trim(self._limits)  # a budget of its own
+        allocatable = self._allocatable(allocatable_trim)
+        trim.charge(0, allocatable_trim.dropped)
+        dropped = trim.frozen()
+        self._note_dropped(dropped)
         if self.api_version is ApiVersion.V1ALPHA1:
             support = Support.UNIMPLEMENTED
         else:
@@ -465,7 +531,27 @@ class KubeletClient:
             allocatable=allocatable,
             allocatable_support=support,
             taken_at=self._wall(),
+            dropped=dropped,
         )
+
+    def _note_dropped(self, dropped: Mapping[str, int]) -> None:
+        """Log what the answers leave out when that changes (which kinds), not per poll."""
+        kinds = frozenset(dropped)
+        if kinds == self._dropped_kinds:
+            return
+        self._dropped_kinds = kinds
+        if kinds:
+            log.warning(
+                "kubelet_answer_trimmed",
+                socket=self.socket_path,
+                dropped=dict(sorted(dropped.items())),
+                limits=str(self._limits),
+                consequence="what is over a limit is left out (podres_data_anomalies); "
+                "pods listed twice are merged; raise the --kubelet-max-* flags if the node "
+                "really is that large",
+            )
+        else:
+            log.info("kubelet_answer_whole", socket=self.socket_path)
 
     def get_pod(self, namespace: str, name: str) -> PodAlloc | None:
         """One pod through ``Get`` where served, else by filtering ``List``.
@@ -491,8 +577,8 @@ class KubeletClient:
                 raise
             else:
                 self.get_support = Support.SERVED
-                return pod_from_v1(resp.pod_resources)
-        for pod in self._list():
+                return pod_from_v1(resp.pod_resources, Trim(self._limits))
+        for pod in self._list(Trim(self._limits)):
             if pod.namespace == namespace and pod.name == name:
                 return pod
         return None
