@@ -10,7 +10,10 @@ time, each legal and under the 16 MiB receive limit:
 - ``devices``: one container listing a million device ids (12 MiB);
 - ``pods``: 200,000 pods of one container;
 - ``allocatable``: a million allocatable CPUs;
-- ``duplicates``: one pod listed 50 times.
+- ``duplicates``: one pod listed 50 times;
+- ``full-devices``, ``full-pods``: the worst the default limits let through: the budget
+  of entries filled with distinct device ids (1,024 to a container, all allocatable),
+  or with the most pods, each with eight devices of its own.
 
 For each shape a fresh process runs the exporter's own poll path (``cli.export.Exporter``:
 NodeReader, Poller, Exposition; telemetry collectors off, a 128-CPU sysfs), polls twice
@@ -100,6 +103,37 @@ def duplicates(scale: float) -> tuple[bytes, bytes]:
     )
 
 
+def full_devices(scale: float) -> tuple[bytes, bytes]:
+    """The whole budget of entries in distinct device ids, 1,024 to a container, each
+    also allocatable: the most device series the default limits let through."""
+    n = int(256 * scale)
+    pods = [
+        _pod(i, devices=[f"GPU-{i:04d}-{d:04d}" for d in range(1024)], cpus=[i % CPUS])
+        for i in range(n)
+    ]
+    alloc = v1.AllocatableResourcesResponse(cpu_ids=list(range(CPUS)))
+    alloc.devices.add(
+        resource_name="nvidia.com/gpu",
+        device_ids=[f"GPU-{i:04d}-{d:04d}" for i in range(n) for d in range(1024)],
+        topology=v1.TopologyInfo(nodes=[v1.NUMANode(ID=0)]),
+    )
+    return v1.ListPodResourcesResponse(pod_resources=pods).SerializeToString(), (
+        alloc.SerializeToString()
+    )
+
+
+def full_pods(scale: float) -> tuple[bytes, bytes]:
+    """The most pods the default limits keep, each with eight devices of its own and
+    an exclusive CPU: the most per-pod and per-container series they let through."""
+    n = int(25_000 * scale)
+    pods = [
+        _pod(i, devices=[f"dev-{i:05d}-{d}" for d in range(8)], cpus=[i % CPUS]) for i in range(n)
+    ]
+    return v1.ListPodResourcesResponse(pod_resources=pods).SerializeToString(), (
+        _plain_allocatable()
+    )
+
+
 def _plain_allocatable() -> bytes:
     return v1.AllocatableResourcesResponse(cpu_ids=list(range(CPUS))).SerializeToString()
 
@@ -110,6 +144,8 @@ SHAPES: dict[str, Callable[[float], tuple[bytes, bytes]]] = {
     "pods": many_pods,
     "allocatable": many_allocatable,
     "duplicates": duplicates,
+    "full-devices": full_devices,
+    "full-pods": full_pods,
 }
 
 

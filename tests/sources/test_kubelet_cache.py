@@ -16,12 +16,8 @@ from hypothesis import strategies as st
 from podres_exporter._generated.podresources.v1 import api_pb2 as v1
 from podres_exporter.core.limits import Trim, merge_duplicates
 from podres_exporter.core.model import PodAlloc
-from podres_exporter.sources.kubelet import (
-    KubeletClient,
-    PodCache,
-    allocatable_from_wire,
-    pod_from_v1,
-)
+from podres_exporter.sources.kubelet import KubeletClient
+from podres_exporter.sources.kubelet_wire import PodCache, allocatable_from_wire, pod_from_v1
 from podres_sim import SimKubelet
 from tests.exporter.kubelet_answers import PODS, Kubelet, Node, Pod, answer_of, any_node
 
