@@ -14,10 +14,10 @@ once is held back and re-read soon; it is accepted only when it persists for
 ``empty_confirm_s``.
 
 Each failure is logged once per change of state, not once per retry: a kubelet failure
-once per distinct cause (the error's class, gRPC code and message, numbers aside) while it
-lasts, each such line counting every cause seen so far, and the recovery with the same
-counts. :meth:`Poller.health` is the
-exporter's ``/healthz``: the loop's thread runs and has finished a poll recently
+once per distinct cause (the error's class, gRPC code and message, numbers and the
+socket's path aside; every timeout one cause) while it lasts, each such line counting
+every cause seen so far, and the recovery with the same counts. :meth:`Poller.health` is
+the exporter's ``/healthz``: the loop's thread runs and has finished a poll recently
 (:func:`stall_after`).
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import structlog
 
-from podres_exporter.core.errors import KubeletError
+from podres_exporter.core.errors import KubeletError, KubeletTimeout
 from podres_exporter.core.model import KubeletReading
 from podres_exporter.core.view import NodeView
 from podres_exporter.daemon.backoff import Backoff
@@ -59,11 +59,14 @@ _CAUSE_CHARS = 200
 _NUMBER = re.compile(r"\d+")
 
 
-def failure_cause(err: KubeletError) -> str:
-    """A kubelet failure's cause as logged: class, gRPC code and message, each number
-    in it as ``N`` (sizes and addresses vary from one retry of the same cause to the next)."""
-    text = f"{type(err).__name__} {err.code}: {_NUMBER.sub('N', str(err))}"
-    return text[:_CAUSE_CHARS]
+def failure_cause(err: KubeletError, socket_path: str) -> str:
+    """A kubelet failure's cause as logged: class, gRPC code and message, the socket's path
+    as ``<socket>`` and each number as ``N`` (sizes and addresses vary from one retry of
+    the same cause to the next). A timeout is one cause, whatever gRPC's words for it."""
+    if isinstance(err, KubeletTimeout):
+        return f"{type(err).__name__} {err.code}"
+    message = _NUMBER.sub("N", str(err).replace(socket_path, "<socket>"))
+    return f"{type(err).__name__} {err.code}: {message}"[:_CAUSE_CHARS]
 
 
 def stall_after(settings: Settings) -> float:
@@ -224,7 +227,7 @@ class Poller:
     def _failed(self, seen: Observation, err: KubeletError) -> float:
         self._failures += 1
         self._last_error_kind = (type(err).__name__, err.code)
-        cause = failure_cause(err)
+        cause = failure_cause(err, self._reader.socket_path)
         new = cause not in self._causes
         if new and len(self._causes) >= _MAX_CAUSES:
             cause, new = _OTHER_CAUSES, _OTHER_CAUSES not in self._causes
