@@ -49,6 +49,12 @@ podres_data_anomalies{kind="device_held_by_several_containers"} 0.0
 podres_data_anomalies{kind="empty_device_id"} 0.0
 podres_data_anomalies{kind="empty_name"} 0.0
 podres_data_anomalies{kind="memory_overcommitted"} 0.0
+podres_data_anomalies{kind="pods_over_limit"} 0.0
+podres_data_anomalies{kind="containers_over_limit"} 0.0
+podres_data_anomalies{kind="devices_over_limit"} 0.0
+podres_data_anomalies{kind="cpus_over_limit"} 0.0
+podres_data_anomalies{kind="entries_over_limit"} 0.0
+podres_data_anomalies{kind="duplicate_pod"} 0.0
 """
 
 EXPECTED_BEFORE_ANY_READING = """\

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
+from concurrent import futures
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -53,6 +58,27 @@ class Kubelet(grpc.GenericRpcHandler):  # type: ignore[type-arg]
         if method in (LIST, ALLOCATABLE):
             return grpc.unary_unary_rpc_method_handler(reply)
         return None
+
+
+@contextlib.contextmanager
+def serving(prefix: str) -> Iterator[tuple[Kubelet, str]]:
+    """A :class:`Kubelet` served on a short socket path (``/tmp/PREFIX...``), any size of
+    answer; the server stopped and its directory removed at the end."""
+    directory = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    socket = f"{directory}/kubelet.sock"
+    kubelet = Kubelet()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4),
+        handlers=[kubelet],
+        options=[("grpc.max_send_message_length", -1)],
+    )
+    server.add_insecure_port(f"unix:{socket}")
+    server.start()
+    try:
+        yield kubelet, socket
+    finally:
+        server.stop(None).wait()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from podres_exporter.core.errors import (
     KubeletError,
     KubeletRateLimited,
+    KubeletTimeout,
     KubeletUnavailable,
     SourceError,
 )
@@ -406,3 +407,60 @@ def test_a_dead_loop_fails_health() -> None:
     p.start()
     wait_until(lambda: not p.alive())
     assert p.health() == (False, "poller stopped")
+
+
+def test_every_distinct_cause_of_a_failure_is_named_with_its_count() -> None:
+    """Causes of one class and code but another message are each named once, with the
+    count of every cause so far; a cause seen again is silent; the recovery counts all."""
+    missing = KubeletUnavailable(
+        f"socket {Script.socket_path} does not exist", method="List", code="UNAVAILABLE"
+    )
+    refused = KubeletUnavailable("connection refused", method="List", code="UNAVAILABLE")
+    big = [
+        KubeletError(f"larger than max ({n} vs. 16777216)", method="List", code="INTERNAL")
+        for n in (17000000, 17000001)
+    ]
+    script: list[KubeletReading | Exception] = [missing, refused, missing, *big, reading(1)]
+    p = Poller(NodeReader(Script(script), lambda: TOPO), Store(), rng=random.Random(0))
+    with capture_logs() as logs:
+        for _ in script:
+            p.poll_once()
+    failed = [e for e in logs if e["event"] == "kubelet_read_failed"]
+    assert [e["error"] for e in failed] == [str(missing), str(refused), str(big[0])]
+    (recovered,) = [e for e in logs if e["event"] == "kubelet_recovered"]
+    assert recovered["causes"] == {
+        "KubeletUnavailable UNAVAILABLE: socket <socket> does not exist": 2,
+        "KubeletUnavailable UNAVAILABLE: connection refused": 1,
+        "KubeletError INTERNAL: larger than max (N vs. N)": 2,
+    }
+    assert failed[-1]["causes"]["KubeletUnavailable UNAVAILABLE: connection refused"] == 1
+
+
+def test_causes_past_the_most_named_are_counted_together() -> None:
+    """A kubelet with endless distinct messages costs a bounded log: past eight causes
+    one more line names them together."""
+    errors = [
+        KubeletError(f"cause {chr(97 + i)}", method="List", code="UNKNOWN") for i in range(12)
+    ]
+    p = Poller(NodeReader(Script(list(errors)), lambda: TOPO), Store(), rng=random.Random(0))
+    with capture_logs() as logs:
+        for _ in errors:
+            p.poll_once()
+    failed = [e for e in logs if e["event"] == "kubelet_read_failed"]
+    assert len(failed) == 9 and failed[-1]["causes"]["other causes"] == 1
+
+
+def test_every_timeout_is_one_cause() -> None:
+    """Timeouts of either call, in gRPC's several words for them, are one cause: a hung
+    kubelet is logged once."""
+    code = "DEADLINE_EXCEEDED"
+    timeouts = [
+        KubeletTimeout(f"kubelet {m} on /k.sock: DEADLINE_EXCEEDED: {d}", method=m, code=code)
+        for m, d in (("List", "Deadline Exceeded"), ("GetAllocatableResources", "Stream removed"))
+    ]
+    p = Poller(NodeReader(Script(list(timeouts)), lambda: TOPO), Store(), rng=random.Random(0))
+    with capture_logs() as logs:
+        for _ in timeouts:
+            p.poll_once()
+    (failed,) = [e for e in logs if e["event"] == "kubelet_read_failed"]
+    assert failed["causes"] == {"KubeletTimeout DEADLINE_EXCEEDED": 1}

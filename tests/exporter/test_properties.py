@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -39,9 +36,11 @@ from podres_exporter.sources.kubelet import KubeletClient
 from tests.exporter.kubelet_answers import (
     Kubelet,
     Node,
+    Pod,
     answer_of,
     any_node,
     consistent_node,
+    serving,
 )
 
 # The collectors that render the kubelet's answer alone (no hardware telemetry).
@@ -60,19 +59,8 @@ class Served:
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
     """One server for every example of the module, on a short socket path."""
-    directory = tempfile.mkdtemp(prefix="pp-", dir="/tmp")
-    socket = f"{directory}/kubelet.sock"
-    kubelet = Kubelet()
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=4),
-        handlers=[kubelet],
-        options=[("grpc.max_send_message_length", -1)],
-    )
-    server.add_insecure_port(f"unix:{socket}")
-    server.start()
-    yield Served(kubelet, socket)
-    server.stop(None).wait()
-    shutil.rmtree(directory, ignore_errors=True)
+    with serving("pp-") as (kubelet, socket):
+        yield Served(kubelet, socket)
 
 
 # ------------------------------------------------------------------------- generated data
@@ -124,6 +112,22 @@ def by(out: Samples, name: str, *keys: str) -> defaultdict[tuple[str, ...], floa
     return sums
 
 
+def merged(node: Node) -> Node:
+    """``node`` as the client reads it: a pod listed again (same namespace and name) is
+    the first copy with the containers of the later ones that the first does not name."""
+    at: dict[tuple[str, str], int] = {}
+    pods: list[Pod] = []
+    for p in node.pods:
+        i = at.setdefault((p.namespace, p.name), len(pods))
+        if i == len(pods):
+            pods.append(p)
+            continue
+        names = {c.name for c in pods[i].containers}
+        extra = tuple(c for c in p.containers if c.name not in names)
+        pods[i] = replace(pods[i], containers=pods[i].containers + extra)
+    return replace(node, pods=tuple(pods))
+
+
 def holders_of_cpus(node: Node) -> dict[int, set[tuple[str, str, str]]]:
     """Each listed CPU and the holders listing it, each once (a pod's own CPUs: container
     "")."""
@@ -149,7 +153,9 @@ def check_any(out: Samples, node: Node) -> None:
         if name.startswith(("podres_node_", "podres_container_", "podres_data_anomalies")):
             assert value >= 0, (name, dict(labels), value)
     anomalies = {k[0]: v for k, v in by(out, "podres_data_anomalies", "kind").items()}
-    listed = holders_of_cpus(node)
+    read = merged(node)
+    assert anomalies["duplicate_pod"] == len(node.pods) - len(read.pods)
+    listed = holders_of_cpus(read)
     several = {cpu for cpu, hs in listed.items() if len(hs) > 1}
     assert anomalies["cpu_listed_by_several_containers"] == len(several)
     assignments: dict[int, dict[str, str]] = {}

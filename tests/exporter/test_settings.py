@@ -108,6 +108,30 @@ def test_cli_exits_2_on_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "bad.toml" in err and "error" in err
 
 
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--kubelet-max-pods",
+        "--kubelet-max-containers",
+        "--kubelet-max-devices",
+        "--kubelet-max-cpus",
+        "--kubelet-max-entries",
+    ],
+)
+def test_answer_limits_are_settings_of_at_least_one(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each --kubelet-max-* count reaches the client's limits; 0 exits 2 naming the flag."""
+    limits = build({flag: "7"}, {}).answer_limits
+    attr = flag.removeprefix("--kubelet-max-")
+    assert getattr(limits, attr) == 7
+    with pytest.raises(ConfigError, match=flag):
+        build({flag: "0"}, {})
+    assert main(["export", flag, "0"], env={}) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err
+
+
 def test_cli_exits_2_on_missing_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A config file that does not exist is named in the error."""
     assert main(["snapshot", "--config", str(tmp_path / "nope.toml")], env={}) == 2
@@ -180,6 +204,8 @@ def test_every_duration_and_size_has_an_upper_bound() -> None:
         "--kubelet-backoff-initial", "--kubelet-backoff-max", "--kubelet-empty-confirm",
         "--source-timeout", "--source-interval.gpu", "--source-interval.gpu-slow",
         "--source-interval.sysfs", "--source-interval.cpu", "--sysfs-open-files",
+        "--kubelet-max-pods", "--kubelet-max-containers", "--kubelet-max-devices",
+        "--kubelet-max-cpus", "--kubelet-max-entries",
     }  # fmt: skip
     assert not [o.flag for o in OPTIONS if o.parse in (parse_duration, parse_size)]
     assert BY_FLAG["--kubelet-max-message-size"].limit == "max 1Gi"  # gRPC stops at 2 GiB

@@ -13,7 +13,7 @@ from podres_exporter.core.cpulist import format_cpulist, parse_cpulist
 from podres_exporter.core.errors import SourceError
 from podres_exporter.core.model import DeviceRef
 from podres_exporter.sources.cputopology import read_topology
-from podres_exporter.sources.kubelet import devices_from_wire, pod_from_v1
+from podres_exporter.sources.kubelet_wire import devices_from_wire, pod_from_v1
 
 
 @given(st.frozensets(st.integers(0, 300)))

@@ -6,43 +6,22 @@ messages (the generators of the property tests), swapped between reads.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from typing import Any
 
-import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podres_exporter._generated.podresources.v1 import api_pb2 as v1
+from podres_exporter.core.limits import Trim, merge_duplicates
 from podres_exporter.core.model import PodAlloc
-from podres_exporter.sources.kubelet import (
-    KubeletClient,
-    PodCache,
-    allocatable_from_wire,
-    pod_from_v1,
-)
+from podres_exporter.sources.kubelet import KubeletClient
+from podres_exporter.sources.kubelet_wire import PodCache, allocatable_from_wire, pod_from_v1
 from podres_sim import SimKubelet
 from tests.exporter.kubelet_answers import PODS, Kubelet, Node, Pod, answer_of, any_node
 
 MakeSim = Callable[..., SimKubelet]
-
-
-@pytest.fixture(scope="module")
-def kubelet() -> Iterator[tuple[Kubelet, str]]:
-    """One server answering whatever it is set to, on a short socket path."""
-    directory = tempfile.mkdtemp(prefix="pc-", dir="/tmp")
-    socket = f"{directory}/kubelet.sock"
-    server_side = Kubelet()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[server_side])
-    server.add_insecure_port(f"unix:{socket}")
-    server.start()
-    yield server_side, socket
-    server.stop(None).wait()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +33,15 @@ def shared_client(kubelet: tuple[Kubelet, str]) -> Iterator[KubeletClient]:
 
 
 def uncached(node: Node) -> tuple[tuple[PodAlloc, ...], Any]:
-    """What converting the served answer afresh gives: the pods and the allocatable."""
+    """What converting the served answer afresh gives: the pods (copies of one merged, as
+    a reading merges them) and the allocatable."""
     answer = answer_of(node)
     pods = v1.ListPodResourcesResponse.FromString(answer.pods).pod_resources
     allocatable = None
     if answer.allocatable is not None:
         message = v1.AllocatableResourcesResponse.FromString(answer.allocatable)
         allocatable = allocatable_from_wire(message)
-    return tuple(pod_from_v1(p) for p in pods), allocatable
+    return merge_duplicates([pod_from_v1(p) for p in pods])[0], allocatable
 
 
 def test_unchanged_pods_are_the_same_objects(make_sim: MakeSim) -> None:
@@ -114,9 +94,9 @@ def test_pod_cache_keeps_only_the_last_answer() -> None:
     """Each answer replaces the cache: what left is dropped, an unchanged pod not converted."""
     converted: list[str] = []
 
-    def convert(message: Any) -> PodAlloc:
+    def convert(message: Any, trim: Trim) -> PodAlloc:
         converted.append(message.name)
-        return pod_from_v1(message)
+        return pod_from_v1(message, trim)
 
     a, b, c = (v1.PodResources(namespace="ns", name=n) for n in "abc")
     cache = PodCache()
@@ -128,7 +108,7 @@ def test_pod_cache_keeps_only_the_last_answer() -> None:
     cache.convert([b], convert)
     assert converted == ["a", "b", "c", "b"] and len(cache) == 1
     # Another conversion (the API version changed) does not reuse the other's objects.
-    other = cache.convert([b], lambda m: PodAlloc(m.namespace, "other", ()))
+    other = cache.convert([b], lambda m, _: PodAlloc(m.namespace, "other", ()))
     assert other[0].name == "other" and converted == ["a", "b", "c", "b"]
 
 

@@ -171,6 +171,9 @@ class KubeletReading:
     allocatable: Allocatable | None
     allocatable_support: Support
     taken_at: float  # unix time, seconds
+    # What the answer listed beyond the client's limits, or more than once, per anomaly
+    # kind (core/limits.py): left out of ``pods`` and ``allocatable``.
+    dropped: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,22 +13,26 @@ no allocatable CPUs. A reading that lost every pod, or every allocatable CPU, at
 once is held back and re-read soon; it is accepted only when it persists for
 ``empty_confirm_s``.
 
-Each failure is logged once per change of state (a kubelet failure once per cause: the
-error's class and gRPC code), not once per retry. :meth:`Poller.health` is the
-exporter's ``/healthz``: the loop's thread runs and has finished a poll recently
+Each failure is logged once per change of state, not once per retry: a kubelet failure
+once per distinct cause (the error's class, gRPC code and message, numbers and the
+socket's path aside; every timeout one cause) while it lasts, each such line counting
+every cause seen so far, and the recovery with the same counts. :meth:`Poller.health` is
+the exporter's ``/healthz``: the loop's thread runs and has finished a poll recently
 (:func:`stall_after`).
 """
 
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
 
-from podres_exporter.core.errors import KubeletError
+from podres_exporter.core.errors import KubeletError, KubeletTimeout
 from podres_exporter.core.model import KubeletReading
 from podres_exporter.core.view import NodeView
 from podres_exporter.daemon.backoff import Backoff
@@ -47,6 +51,22 @@ _MIN_STALL_S = 60.0
 # A wait at least this long lets the kubelet's channel go until the next poll: an open
 # one costs about 1 ms of CPU a second (gRPC's threads waking), a new one about 2 ms.
 _RELEASE_AFTER_S = 5.0
+# Distinct causes of kubelet failures named in the log while a failure lasts; the ones
+# past these are counted together (a kubelet's messages are a handful, not unbounded).
+_MAX_CAUSES = 8
+_OTHER_CAUSES = "other causes"
+_CAUSE_CHARS = 200
+_NUMBER = re.compile(r"\d+")
+
+
+def failure_cause(err: KubeletError, socket_path: str) -> str:
+    """A kubelet failure's cause as logged: class, gRPC code and message, the socket's path
+    as ``<socket>`` and each number as ``N`` (sizes and addresses vary from one retry of
+    the same cause to the next). A timeout is one cause, whatever gRPC's words for it."""
+    if isinstance(err, KubeletTimeout):
+        return f"{type(err).__name__} {err.code}"
+    message = _NUMBER.sub("N", str(err).replace(socket_path, "<socket>"))
+    return f"{type(err).__name__} {err.code}: {message}"[:_CAUSE_CHARS]
 
 
 def stall_after(settings: Settings) -> float:
@@ -142,6 +162,7 @@ class Poller:
         self._generation = 0
         self._failures = 0
         self._last_error_kind: tuple[str, str] | None = None
+        self._causes: Counter[str] = Counter()
         self._kubelet_error: KubeletError | None = None
         self._topology_failed = False
         self._poll_error_kind: str | None = None
@@ -164,10 +185,14 @@ class Poller:
         reading = seen.reading
         if self._last_error_kind is not None:
             log.info(
-                "kubelet_recovered", socket=self._reader.socket_path, after_failures=self._failures
+                "kubelet_recovered",
+                socket=self._reader.socket_path,
+                after_failures=self._failures,
+                causes=dict(self._causes),
             )
         self._failures = 0
         self._last_error_kind = None
+        self._causes.clear()
         if self._reading is not None and _lost_everything(self._reading, reading):
             now = self._clock()
             if self._suspect_since is None:
@@ -201,17 +226,22 @@ class Poller:
 
     def _failed(self, seen: Observation, err: KubeletError) -> float:
         self._failures += 1
-        kind = (type(err).__name__, err.code)
-        if kind != self._last_error_kind and not self._stop.is_set():
+        self._last_error_kind = (type(err).__name__, err.code)
+        cause = failure_cause(err, self._reader.socket_path)
+        new = cause not in self._causes
+        if new and len(self._causes) >= _MAX_CAUSES:
+            cause, new = _OTHER_CAUSES, _OTHER_CAUSES not in self._causes
+        self._causes[cause] += 1
+        if new and not self._stop.is_set():
             log.warning(
                 "kubelet_read_failed",
                 socket=self._reader.socket_path,
-                error_kind=kind[0],
+                error_kind=type(err).__name__,
                 code=err.code,
                 error=str(err),
+                causes=dict(self._causes),
                 serving="last good reading" if self._reading else "nothing yet",
             )
-            self._last_error_kind = kind
         self._suspect_since = None
         self._publish(seen)
         return self._backoff.delay(self._failures, self._rng)

@@ -375,6 +375,7 @@ class NodeReader:
             settings.kubelet_socket,
             max_message_bytes=settings.kubelet_max_message_bytes,
             timeout_s=settings.kubelet_timeout_s,
+            limits=settings.answer_limits,
             wall_clock=wall_clock,
         )
         owned: list[Callable[[], None]] = [client.close]

@@ -23,6 +23,7 @@ from typing import Any
 from podres_exporter import collectors
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
+from podres_exporter.core.limits import DEFAULT_LIMITS, AnswerLimits
 from podres_exporter.daemon.flags import (
     KUBELET_SOCKET,
     LOG_FORMAT,
@@ -63,6 +64,38 @@ MAX_MESSAGE_BYTES = 2**30
 """--kubelet-max-message-size at most 1Gi: gRPC refuses 2Gi and more (its limit is 2^31-1
 bytes), and a kubelet's whole answer is a few MiB even with 20,000 pods."""
 
+MAX_ANSWER_ENTRIES = 2**24
+"""The --kubelet-max-* counts at most 16Mi: a 16 MiB answer cannot list more entries."""
+
+ANSWER_LIMITS: tuple[Option, ...] = (
+    Option("--kubelet-max-pods", "kubelet_max_pods", count(max_count=MAX_ANSWER_ENTRIES),
+           DEFAULT_LIMITS.pods,
+           "Most pods read from one kubelet answer; the rest are left out and counted in "
+           "podres_data_anomalies{kind=\"pods_over_limit\"}. Beyond the largest node we "
+           "support (5,000 pods) and the benchmarks' 20,000. At least 1."),
+    Option("--kubelet-max-containers", "kubelet_max_containers",
+           count(max_count=MAX_ANSWER_ENTRIES), DEFAULT_LIMITS.containers,
+           "Most containers read of one pod (init and sidecar containers included); the rest "
+           "counted as containers_over_limit. At least 1."),
+    Option("--kubelet-max-devices", "kubelet_max_devices", count(max_count=MAX_ANSWER_ENTRIES),
+           DEFAULT_LIMITS.devices,
+           "Most device ids read of one container, and of its memory blocks, DRA claims and "
+           "claim devices each; the rest counted as devices_over_limit. 8 GPUs, or 1,024 "
+           "replicas of a shared device, fit. At least 1."),
+    Option("--kubelet-max-cpus", "kubelet_max_cpus", count(max_count=MAX_ANSWER_ENTRIES),
+           DEFAULT_LIMITS.cpus,
+           "Most CPU ids read of one CPU set (a container's, a pod's, the allocatable ones); "
+           "the rest counted as cpus_over_limit. Beyond the largest servers. At least 1."),
+    Option("--kubelet-max-entries", "kubelet_max_entries",
+           count(max_count=MAX_ANSWER_ENTRIES), DEFAULT_LIMITS.entries,
+           "Most entries read of one kubelet answer, summed: pods, containers, device and CPU "
+           "ids, memory blocks, claims (the allocatable resources: as many again). This bounds "
+           "a poll's memory and time (the worst answer it lets through costs about 510 MiB; "
+           "65536: 280 MiB); the rest counted as entries_over_limit. The benchmarks' "
+           "5,000-pod node lists 70,000, their 20,000-pod node 120,000. At least 1."),
+)  # fmt: skip
+"""How much of one kubelet answer becomes objects (core/limits.py); every one at least 1."""
+
 OPTIONS: tuple[Option, ...] = (
     KUBELET_SOCKET,
     Option("--kubelet-max-message-size", "kubelet_max_message_bytes",
@@ -70,6 +103,7 @@ OPTIONS: tuple[Option, ...] = (
            "Largest kubelet response accepted, bytes: as much as the kubelet's own clients take "
            "(gRPC's 4 MiB is too small for busy nodes). At most 1Gi: gRPC cannot take 2Gi, "
            "and a kubelet's answer is a few MiB even with 20,000 pods."),
+    *ANSWER_LIMITS,
     Option("--kubelet-timeout", "kubelet_timeout_s", duration(min_s=0.1, max_s=60.0), 10.0,
            "Deadline of each kubelet call. At least 100ms: less fails calls a busy kubelet "
            "answers. At most 1m: the kubelet answers in milliseconds, and a call still open "
@@ -168,6 +202,11 @@ class Settings:
 
     kubelet_socket: str
     kubelet_max_message_bytes: int
+    kubelet_max_pods: int
+    kubelet_max_containers: int
+    kubelet_max_devices: int
+    kubelet_max_cpus: int
+    kubelet_max_entries: int
     kubelet_timeout_s: float
     listen_address: tuple[str, int]
     poll_interval_s: float
@@ -190,6 +229,17 @@ class Settings:
     web_config_file: str | None = None
     # --collector.NAME switches given (name -> on/off); the others keep their default.
     collector_overrides: Mapping[str, bool] = field(default_factory=dict)
+
+    @property
+    def answer_limits(self) -> AnswerLimits:
+        """The --kubelet-max-* counts: how much of one kubelet answer is read."""
+        return AnswerLimits(
+            pods=self.kubelet_max_pods,
+            containers=self.kubelet_max_containers,
+            devices=self.kubelet_max_devices,
+            cpus=self.kubelet_max_cpus,
+            entries=self.kubelet_max_entries,
+        )
 
 
 def build(
@@ -219,6 +269,12 @@ def build(
         origins,
         "the first wait after a failure cannot be longer than the longest",
     )
+    for option in ANSWER_LIMITS:
+        if values[option.attr] < 1:
+            raise ConfigError(
+                f"{option.flag} (0, from {origins[option.attr]}): at least 1 "
+                "(a limit of none would leave the whole answer out)"
+            )
     switched = {f"--collector.{name}": on for name, on in (collector_flags or {}).items()}
     overrides: dict[str, bool] = {}
     for name in collector_names:

@@ -15,7 +15,10 @@ Degrades instead of dying:
   are probed again (the new kubelet may be another version).
 
 Every gRPC error becomes one of :mod:`podres_exporter.core.errors`; backoff between
-attempts is the caller's (the poller's) business.
+attempts is the caller's (the poller's) business. The messages become our model in
+:mod:`~podres_exporter.sources.kubelet_wire`, within the answer's limits
+(:mod:`~podres_exporter.core.limits`): what they leave out, and the pods merged because
+they were listed more than once, are counted in the reading and logged once per change.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -43,22 +46,29 @@ from podres_exporter.core.errors import (
     KubeletTimeout,
     KubeletUnavailable,
 )
+from podres_exporter.core.limits import (
+    DEFAULT_LIMITS,
+    DUPLICATE_POD,
+    PODS_OVER_LIMIT,
+    AnswerLimits,
+    Trim,
+    merge_duplicates,
+)
 from podres_exporter.core.model import (
     Allocatable,
     ApiVersion,
-    ClaimDevice,
-    ContainerAlloc,
-    DeviceRef,
-    DynamicResource,
     KubeletReading,
-    MemoryBlock,
-    NumaNodes,
     PodAlloc,
     RequestStats,
     Support,
-    device_key_order,
 )
 from podres_exporter.daemon.fileid import FileIdentity, file_identity
+from podres_exporter.sources.kubelet_wire import (
+    PodCache,
+    allocatable_from_wire,
+    pod_from_v1,
+    pod_from_v1alpha1,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -76,161 +86,6 @@ ALLOCATABLE = "GetAllocatableResources"
 GET = "Get"
 
 _T = TypeVar("_T")
-
-
-# ---------------------------------------------------------------- wire -> model
-
-
-def _numa(msg: Any) -> NumaNodes:
-    """Placement of a message with a ``topology`` field; None when it has none.
-
-    An unset ``topology`` reads as an empty one. Nearly every placement is one node: it
-    skips the set and the sort (a large node's answers hold tens of thousands).
-    """
-    nodes = msg.topology.nodes
-    if len(nodes) == 1:
-        return (int(nodes[0].ID),)
-    if not nodes:
-        return None
-    return tuple(sorted({int(n.ID) for n in nodes}))
-
-
-def _merge_numa(a: NumaNodes, b: NumaNodes) -> NumaNodes:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return tuple(sorted(set(a) | set(b)))
-
-
-def devices_from_wire(entries: Iterable[Any]) -> tuple[DeviceRef, ...]:
-    """Aggregate ContainerDevices entries into one DeviceRef per (resource, id).
-
-    Modern kubelets send one entry per device and NUMA node (a device on two
-    nodes appears twice); older ones group ids per resource. Either way the ids
-    are de-duplicated and their NUMA nodes merged. Sorted for stable output.
-    """
-    merged: dict[tuple[str, str], NumaNodes] = {}
-    placed: bool | None = None  # whether the entries have a topology (v1alpha1's have none)
-    for entry in entries:
-        if placed is None:
-            placed = hasattr(entry, "topology")
-        numa = _numa(entry) if placed else None
-        for device_id in entry.device_ids:
-            key = (entry.resource_name, device_id)
-            merged[key] = _merge_numa(merged[key], numa) if key in merged else numa
-    return tuple([DeviceRef(r, d, merged[(r, d)]) for r, d in device_key_order(merged)])
-
-
-def memory_from_wire(blocks: Iterable[Any]) -> tuple[MemoryBlock, ...]:
-    """ContainerMemory messages as MemoryBlocks, sorted by type and placement."""
-    out = [MemoryBlock(b.memory_type, int(b.size), _numa(b)) for b in blocks]
-    return tuple(sorted(out, key=lambda m: (m.memory_type, m.numa or (), m.size_bytes)))
-
-
-def _dynamic_from_wire(items: Iterable[Any]) -> tuple[DynamicResource, ...]:
-    return tuple(
-        DynamicResource(
-            claim_namespace=d.claim_namespace,
-            claim_name=d.claim_name,
-            devices=tuple(
-                ClaimDevice(
-                    driver=c.driver_name,
-                    pool=c.pool_name,
-                    device=c.device_name,
-                    cdi_devices=tuple(x.name for x in c.cdi_devices),
-                    share_id=c.share_id if c.HasField("share_id") else None,
-                )
-                for c in d.claim_resources
-            ),
-        )
-        for d in items
-    )
-
-
-def pod_from_v1(p: Any) -> PodAlloc:
-    """A v1 PodResources message as a PodAlloc."""
-    return PodAlloc(
-        namespace=p.namespace,
-        name=p.name,
-        containers=tuple(
-            ContainerAlloc(
-                name=c.name,
-                cpu_ids=frozenset(int(x) for x in c.cpu_ids),
-                devices=devices_from_wire(c.devices),
-                memory=memory_from_wire(c.memory),
-                dynamic_resources=_dynamic_from_wire(c.dynamic_resources),
-            )
-            for c in p.containers
-        ),
-        cpu_ids=frozenset(int(x) for x in p.cpu_ids),
-        memory=memory_from_wire(p.memory),
-    )
-
-
-def pod_from_v1alpha1(p: Any) -> PodAlloc:
-    """A v1alpha1 PodResources message (devices only) as a PodAlloc."""
-    return PodAlloc(
-        namespace=p.namespace,
-        name=p.name,
-        containers=tuple(
-            ContainerAlloc(name=c.name, devices=devices_from_wire(c.devices)) for c in p.containers
-        ),
-    )
-
-
-def allocatable_from_wire(resp: Any) -> Allocatable:
-    """An AllocatableResourcesResponse as our Allocatable."""
-    return Allocatable(
-        cpu_ids=frozenset(int(x) for x in resp.cpu_ids),
-        devices=devices_from_wire(resp.devices),
-        memory=memory_from_wire(resp.memory),
-    )
-
-
-# ---------------------------------------------------------------- conversion cache
-
-
-class PodCache:
-    """Converted pods kept from one List answer to the next, keyed by each pod message's
-    serialised bytes: an unchanged pod costs a serialisation and a dict lookup instead of
-    a conversion (most pods of a node do not change between polls). The model objects are
-    frozen, so one is safely shared by successive readings.
-
-    Only the pods of the latest answer are kept: a pod that left the node leaves the cache
-    at the next answer, so memory follows the node's size, never its churn. Not
-    thread-safe: its client's owner calls it.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[bytes, PodAlloc] = {}
-        self._convert: Callable[[Any], PodAlloc] | None = None
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def convert(
-        self, messages: Iterable[Any], convert: Callable[[Any], PodAlloc]
-    ) -> tuple[PodAlloc, ...]:
-        """``convert`` of each message, reusing the last answer's objects for the same bytes.
-
-        Another ``convert`` (the API version changed) starts from an empty cache.
-        """
-        previous = self._entries if convert is self._convert else {}
-        current: dict[bytes, PodAlloc] = {}
-        out: list[PodAlloc] = []
-        for message in messages:
-            key = message.SerializeToString()
-            pod = current.get(key)
-            if pod is None:
-                pod = previous.get(key)
-                if pod is None:
-                    pod = convert(message)
-                current[key] = pod
-            out.append(pod)
-        self._entries = current
-        self._convert = convert
-        return tuple(out)
 
 
 # ---------------------------------------------------------------- errors
@@ -302,20 +157,23 @@ class KubeletClient:
     ``socket_path``: the kubelet's pod-resources socket.
     ``max_message_bytes``: receive limit per response.
     ``timeout_s``: deadline of each call.
+    ``limits``: how much of one answer becomes objects (:mod:`~podres_exporter.core.limits`).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the settings of the client and two clocks, by keyword
         self,
         socket_path: str = DEFAULT_SOCKET,
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        limits: AnswerLimits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.socket_path = socket_path
         self._max = max_message_bytes
         self._timeout = timeout_s
+        self._limits = limits
         self._clock = clock
         self._wall = wall_clock
         self._stats = _Stats()
@@ -327,7 +185,8 @@ class KubeletClient:
         self.allocatable_support = Support.UNKNOWN
         self.get_support = Support.UNKNOWN
         self._pods = PodCache()
-        self._allocatable_cache: tuple[bytes, Allocatable] | None = None
+        self._allocatable_cache: tuple[bytes, Allocatable, Mapping[str, int]] | None = None
+        self._dropped_kinds: frozenset[str] = frozenset()
 
     # -- channel
 
@@ -399,11 +258,12 @@ class KubeletClient:
         self._stats.observe(method, "OK", self._clock() - start)
         return result
 
-    def _list(self) -> tuple[PodAlloc, ...]:
+    def _list(self, trim: Trim) -> tuple[PodAlloc, ...]:
         if self.api_version is ApiVersion.V1:
             try:
                 resp = self._call(LIST, self._v1.List, v1.ListPodResourcesRequest())
-                return self._pods.convert(resp.pod_resources, pod_from_v1)
+                pods = trim.take(resp.pod_resources, self._limits.pods, PODS_OVER_LIMIT)
+                return self._pods.convert(pods, pod_from_v1, trim)
             except KubeletNotServed as err:
                 if err.code != "UNIMPLEMENTED":
                     raise
@@ -416,9 +276,10 @@ class KubeletClient:
                 )
                 self.api_version = ApiVersion.V1ALPHA1
         resp = self._call(LIST_V1ALPHA1, self._v1alpha1.List, v1alpha1.ListPodResourcesRequest())
-        return self._pods.convert(resp.pod_resources, pod_from_v1alpha1)
+        pods = trim.take(resp.pod_resources, self._limits.pods, PODS_OVER_LIMIT)
+        return self._pods.convert(pods, pod_from_v1alpha1, trim)
 
-    def _allocatable(self) -> Allocatable | None:
+    def _allocatable(self, trim: Trim) -> Allocatable | None:
         if self.api_version is not ApiVersion.V1 or self.allocatable_support in (
             Support.DISABLED,
             Support.UNIMPLEMENTED,
@@ -444,7 +305,10 @@ class KubeletClient:
         self.allocatable_support = Support.SERVED
         key = resp.SerializeToString()
         if self._allocatable_cache is None or self._allocatable_cache[0] != key:
-            self._allocatable_cache = (key, allocatable_from_wire(resp))
+            allocatable = allocatable_from_wire(resp, trim)
+            self._allocatable_cache = (key, allocatable, trim.frozen())
+        else:
+            trim.charge(0, self._allocatable_cache[2])
         return self._allocatable_cache[1]
 
     def read(self) -> KubeletReading:
@@ -453,8 +317,14 @@ class KubeletClient:
         Raises a :class:`~podres_exporter.core.errors.KubeletError` subclass on failure.
         """
         self._connect()
-        pods = self._list()
-        allocatable = self._allocatable()
+        trim = Trim(self._limits)
+        pods, copies = merge_duplicates(self._list(trim))
+        trim.dropped[DUPLICATE_POD] += copies
+        allocatable_trim = Trim(self._limits)  # a budget of its own
+        allocatable = self._allocatable(allocatable_trim)
+        trim.charge(0, allocatable_trim.dropped)
+        dropped = trim.frozen()
+        self._note_dropped(dropped)
         if self.api_version is ApiVersion.V1ALPHA1:
             support = Support.UNIMPLEMENTED
         else:
@@ -465,7 +335,27 @@ class KubeletClient:
             allocatable=allocatable,
             allocatable_support=support,
             taken_at=self._wall(),
+            dropped=dropped,
         )
+
+    def _note_dropped(self, dropped: Mapping[str, int]) -> None:
+        """Log what the answers leave out when that changes (which kinds), not per poll."""
+        kinds = frozenset(dropped)
+        if kinds == self._dropped_kinds:
+            return
+        self._dropped_kinds = kinds
+        if kinds:
+            log.warning(
+                "kubelet_answer_trimmed",
+                socket=self.socket_path,
+                dropped=dict(sorted(dropped.items())),
+                limits=str(self._limits),
+                consequence="what is over a limit is left out (podres_data_anomalies); "
+                "pods listed twice are merged; raise the --kubelet-max-* flags if the node "
+                "really is that large",
+            )
+        else:
+            log.info("kubelet_answer_whole", socket=self.socket_path)
 
     def get_pod(self, namespace: str, name: str) -> PodAlloc | None:
         """One pod through ``Get`` where served, else by filtering ``List``.
@@ -491,8 +381,8 @@ class KubeletClient:
                 raise
             else:
                 self.get_support = Support.SERVED
-                return pod_from_v1(resp.pod_resources)
-        for pod in self._list():
+                return pod_from_v1(resp.pod_resources, Trim(self._limits))
+        for pod in self._list(Trim(self._limits)):
             if pod.namespace == namespace and pod.name == name:
                 return pod
         return None

@@ -39,6 +39,7 @@ from podres_exporter.core.accounting.holders import (
 )
 from podres_exporter.core.accounting.memory import MEMORY_STATES, HeldMemory, account_memory
 from podres_exporter.core.accounting.pods import PodCount, PodMemory, pod_pools
+from podres_exporter.core.limits import ANSWER_ANOMALIES
 from podres_exporter.core.model import Holder, KubeletReading, NodeTopology, PodLiveness
 
 # Anomalies: odd data that we keep serving, counted per snapshot.
@@ -49,6 +50,8 @@ ANOMALIES = (
     "empty_device_id",
     "empty_name",  # an empty namespace, pod, container or resource name
     "memory_overcommitted",  # allocated above allocatable on a NUMA node
+    # What the kubelet's answer listed beyond the client's limits, or twice (core/limits.py)
+    *ANSWER_ANOMALIES,
 )
 # Reported only when liveness facts were given: a device or CPU listed by several pods
 
@@ -92,7 +95,7 @@ def account(
     ``liveness``: what the node tells about which pods still run, to settle devices and
     CPUs listed by several pods (None: not known, every holder counts, as before).
     """
-    anomalies: Counter[str] = Counter()
+    anomalies: Counter[str] = Counter(reading.dropped)
     anomalies["empty_name"] += sum(
         1
         for pod in reading.pods
