@@ -37,9 +37,14 @@ their own; this process only drives them, scrapes and reads ``/proc/<pid>``. Mea
    the poll cadence under that load: an exporter polling every second, hammered by 10
    scrapers. Targets: at most 2 calls per poll; the polls keep their interval.
 5. **memory under churn**: resident memory after start-up and while the simulated
-   kubelet replaces 5 pods a second (10 minutes; ``--quick``: 12 s), the exporter polling
-   every 2 s; then every departed pod is looked for in a scrape. Targets: under 80 MiB,
-   no growth, no series of a departed pod.
+   kubelet replaces 5 pods a second (10 minutes), the exporter polling every 2 s; then
+   every departed pod is looked for in a scrape. Targets: under 80 MiB, no growth, no
+   series of a departed pod.
+
+``--quick`` only shows that every part runs and counts what it should, in about a
+minute on a busy two-core machine: 2 s steady windows at a 1 s poll (so that a poll
+falls in each), 20 scrapes a latency cell in 2 rounds, one 1 s round of each
+wrk part, 3 s of churn at a 1 s poll.
 
 The poll cycle against its floors is bench/bench.py's; this is the daemon's view.
 """
@@ -94,6 +99,8 @@ LATENCY_ROUNDS = 5
 # The third steady run: the sysfs counters read at their own, slower cadence.
 SLOW_SOURCES = ("--source-interval.sysfs", "30s")
 POLL_S = 10.0  # the steady runs' poll interval
+CHURN_POLL_S = 2.0  # the churn run's
+TICKING = "ticking"  # the file a host ticker touches at each tick
 
 
 # ----------------------------------------------------------------------------- processes
@@ -152,7 +159,8 @@ def start_exporter(node: Node, name: str, poll: str, extra: Sequence[str] = ()) 
 
 def host_ticker(scenario: str, hostdir: Path) -> int:
     """Advance the counters of an exporter's simulated host every second until SIGTERM:
-    every sysfs traffic counter and energy meter, and the CPU times."""
+    every sysfs traffic counter and energy meter, and the CPU times. ``hostdir/ticking``
+    appears after the first tick."""
     import random
 
     import simproc
@@ -167,9 +175,12 @@ def host_ticker(scenario: str, hostdir: Path) -> int:
     done = threading.Event()
 
     def tick() -> None:
-        while not done.wait(1.0):
+        while True:
             host.advance_cpu_times(1.0)
             bump_counters(host.sysfs, rng, seconds=1.0)
+            (hostdir / TICKING).touch()
+            if done.wait(1.0):
+                return
 
     ticking = threading.Thread(target=tick, daemon=True)
     with process.stop_on_signals() as stop:
@@ -183,22 +194,31 @@ def host_ticker(scenario: str, hostdir: Path) -> int:
 def start_ticker(node: Node, exp: footprint.Daemon) -> footprint.Daemon:
     """The counters of ``exp``'s host, moving (:func:`host_ticker`)."""
     hostdir = node.tmp / f"host-{exp.name}"
+    (hostdir / TICKING).unlink(missing_ok=True)
     ticker = footprint.spawn(
         f"{exp.name} ticker", [__file__, "--host-ticker", node.scenario, str(hostdir)], node.tmp
     )
-    time.sleep(3.0)  # it wrote the same host over again (same seed), and ticks
-    ticker.check_alive()
+    # It writes the same host over again (same seed), then ticks.
+    deadline = time.monotonic() + 60
+    while not (hostdir / TICKING).exists():
+        ticker.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{ticker.name}: no tick in 60 s")
+        time.sleep(0.1)
     return ticker
 
 
-def moving_then_idle(node: Node, exp: footprint.Daemon, window: float) -> list[Steady]:
-    """Steady CPU with the host's counters moving, then with them still."""
+def moving_then_idle(
+    node: Node, exp: footprint.Daemon, window: float, poll_s: float
+) -> list[Steady]:
+    """Steady CPU with the host's counters moving, then with them still (``exp`` polls
+    every ``poll_s``)."""
     ticker = start_ticker(node, exp)
     try:
         runs = [steady(exp, window, "every collector, counters moving")]
     finally:
         footprint.stop(ticker)
-    time.sleep(POLL_S + 1)  # a poll that serves the ticker's last counters
+    time.sleep(poll_s + 1)  # a poll that serves the ticker's last counters
     runs.append(steady(exp, window, "every collector, idle devices"))
     return runs
 
@@ -588,9 +608,11 @@ class Latency:
         return self.cpu / max(1, len(self.times))
 
 
-def latencies(servers: Sequence[footprint.Daemon], count: int) -> list[Latency]:
+def latencies(
+    servers: Sequence[footprint.Daemon], count: int, rounds: int = LATENCY_ROUNDS
+) -> list[Latency]:
     """Each ask and number of scrapers, ``count`` scrapes in all for each of ``servers``
-    (podres, the plain server, the floor if any), in :data:`LATENCY_ROUNDS` rounds that
+    (podres, the plain server, the floor if any), in ``rounds`` rounds that
     alternate between them (all see the same moments of a shared machine); with each
     server's CPU over its rounds. A cell per server, the servers' in turn for each ask."""
     out = []
@@ -599,8 +621,8 @@ def latencies(servers: Sequence[footprint.Daemon], count: int) -> list[Latency]:
             for scrapers in (1, 10):
                 ask = Ask(openmetrics, keep_alive)
                 cells = [Latency(d.name, ask, scrapers) for d in servers]
-                each = max(1, count // scrapers // LATENCY_ROUNDS)
-                for _ in range(LATENCY_ROUNDS):
+                each = max(1, count // scrapers // rounds)
+                for _ in range(rounds):
                     for cell, d in zip(cells, servers, strict=True):
                         port = int(d.url.rsplit(":", 1)[1])
                         cpu = footprint.cpu_seconds(d.proc.pid)
@@ -782,6 +804,7 @@ def calls_under_load(node: Node, seconds: float) -> Calls:
 @dataclass
 class Churned:
     minutes: float
+    poll_s: float = CHURN_POLL_S
     replaced: int = 0
     rss_start: int = 0
     rss_peak: int = 0
@@ -791,14 +814,17 @@ class Churned:
     samples: list[tuple[float, int]] = field(default_factory=list)
 
 
-def churn(tmp: Path, scenario: str, minutes: float) -> Churned:
+def churn(tmp: Path, scenario: str, minutes: float, poll_s: float) -> Churned:
+    """RSS of an exporter polling every ``poll_s`` while the kubelet replaces pods for
+    ``minutes``; then whether a departed pod is still in a scrape."""
     node = Node(scenario, tmp, churn=CHURN_PER_S)
     node.start()
-    out = Churned(minutes)
+    out = Churned(minutes, poll_s)
+    settle = 2.5 * poll_s  # two polls and then some
     try:
-        exp = start_exporter(node, "exporter-churn", "2s")
+        exp = start_exporter(node, "exporter-churn", f"{poll_s:g}s")
         try:
-            time.sleep(5)  # a few polls of churn before the first figure
+            time.sleep(settle)  # a few polls of churn before the first figure
             out.rss_start = out.rss_peak = rss(exp.proc.pid)
             start = time.monotonic()
             end = start + minutes * 60
@@ -812,7 +838,7 @@ def churn(tmp: Path, scenario: str, minutes: float) -> Churned:
             counts = node.counts()
             out.replaced = int(counts["replaced"])
             departed = {tuple(p.split("/", 1)) for p in counts["departed"]}
-            time.sleep(5)  # two polls: every pod departed before `counts` is gone from them
+            time.sleep(settle)  # two polls: every pod departed before `counts` is gone from them
             status, body = footprint.get(exp.url + "/metrics")
             assert status == http.HTTPStatus.OK
             text = body.decode()
@@ -845,7 +871,7 @@ def verdict(ok: bool) -> str:
 
 def report(run: Run, scenario: str) -> None:
     runs, lat, calls, churned = run.steady, run.latency, run.calls, run.churned
-    footprint.print_head(f"steady CPU on {scenario}: 10 s poll, 2 scrapers every 15 s")
+    footprint.print_head(f"steady CPU on {scenario}: {run.poll_s:g} s poll, 2 scrapers every 15 s")
     for s in runs:
         rss_mib = s.rss / MIB
         spread = ""
@@ -868,7 +894,7 @@ def report(run: Run, scenario: str) -> None:
     print_beside_plain(
         f"{'ask':<30} {'scrapers':>8}",
         [(f"{c[0].ask.label:<30} {c[0].scrapers:>8}", c) for c in groups(lat, run.servers)],
-        f"{len(lat[0].times)} scrapes a cell for each server, in {LATENCY_ROUNDS} rounds "
+        f"{len(lat[0].times)} scrapes a cell for each server, in {run.latency_rounds} rounds "
         "alternating between them; CPU: the server's per scrape",
     )
     report_wrk(run.loaded, run.servers)
@@ -892,7 +918,9 @@ def report(run: Run, scenario: str) -> None:
     print(f"  scrapes across {calls.polls} publishes: p50 {ms(p50)}, p99 {ms(p99)}, ", end="")
     print(f"slowest {ms(worst)} (a scrape never renders: one after a publish is like any other)")
 
-    footprint.print_head(f"memory under churn: {CHURN_PER_S:.0f} pods replaced a second, 2 s poll")
+    footprint.print_head(
+        f"memory under churn: {CHURN_PER_S:.0f} pods replaced a second, {churned.poll_s:g} s poll"
+    )
     start, peak, end = (churned.rss_start / MIB, churned.rss_peak / MIB, churned.rss_end / MIB)
     print(
         f"  {churned.minutes:g} min, {churned.replaced} replacements: RSS {start:.1f} MiB ", end=""
@@ -1018,40 +1046,45 @@ class Run:
     polled: list[Polled]
     calls: Calls
     churned: Churned
+    poll_s: float = POLL_S  # the steady runs' poll interval
+    latency_rounds: int = LATENCY_ROUNDS
 
 
 def measure(ns: argparse.Namespace, tmp: Path) -> Run:
     """Every part of the run on ``ns.scenario`` (short windows when ``ns.quick``)."""
-    window = 10.0 if ns.quick else 120.0
-    count = 50 if ns.quick else 1000
-    wrk_rounds = (1, 1.0) if ns.quick else (3, 3.0)  # rounds, seconds a round
-    polling_rounds = (1, 2.0) if ns.quick else (3, 10.0)
+    window = 2.0 if ns.quick else 120.0
+    poll_s = 1.0 if ns.quick else POLL_S  # quick: a poll inside each short window
+    poll = f"{poll_s:g}s"
+    count = 20 if ns.quick else 1000
+    latency_rounds = 2 if ns.quick else LATENCY_ROUNDS
+    wrk_rounds = (1, 1.0) if ns.quick else (3, 3.0)  # rounds, seconds a round (wrk: whole)
+    polling_rounds = (1, 1.0) if ns.quick else (3, 10.0)
     hammer_s = 3.0 if ns.quick else 30.0
-    minutes = ns.churn_minutes or (0.2 if ns.quick else 10.0)
+    minutes = ns.churn_minutes or (0.05 if ns.quick else 10.0)
     node = Node(ns.scenario, tmp / "node")
     node.tmp.mkdir()
     node.start()
     assert node.sim is not None
     try:
-        exp = start_exporter(node, "exporter", "10s")
+        exp = start_exporter(node, "exporter", poll)
         others: list[footprint.Daemon] = []  # the plain server, the floor
         try:
-            runs = moving_then_idle(node, exp, window)
+            runs = moving_then_idle(node, exp, window, poll_s)
             others.append(start_plain(tmp, exp))
             floor = start_floor(tmp)
             if floor is not None:
                 others.append(floor)
-            lat = latencies([exp, *others], count)
+            lat = latencies([exp, *others], count, latency_rounds)
             loaded = under_wrk([exp, *others], tmp, *wrk_rounds)
         finally:
             for d in (exp, *others):
                 footprint.stop(d)
-        slow = start_exporter(node, "exporter-30s", "10s", SLOW_SOURCES)
+        slow = start_exporter(node, "exporter-30s", poll, SLOW_SOURCES)
         try:
             runs.append(steady(slow, window, "sysfs read every 30 s"))
         finally:
             footprint.stop(slow)
-        bare = start_exporter(node, "exporter-bare", "10s", without_telemetry())
+        bare = start_exporter(node, "exporter-bare", poll, without_telemetry())
         try:
             runs.append(steady(bare, window, "without telemetry collectors"))
         finally:
@@ -1063,8 +1096,8 @@ def measure(ns: argparse.Namespace, tmp: Path) -> Run:
     churn_dir = tmp / "churn"
     churn_dir.mkdir()
     servers = 1 + len(others)
-    churned = churn(churn_dir, ns.scenario, minutes)
-    return Run(runs, lat, loaded, servers, polled, calls, churned)
+    churned = churn(churn_dir, ns.scenario, minutes, poll_s=1.0 if ns.quick else CHURN_POLL_S)
+    return Run(runs, lat, loaded, servers, polled, calls, churned, poll_s, latency_rounds)
 
 
 def main() -> int:
@@ -1077,7 +1110,7 @@ def main() -> int:
         "--quick", action="store_true", help="short windows: only shows that it runs"
     )
     parser.add_argument("--scenario", default="large")
-    parser.add_argument("--churn-minutes", type=float, help="default 10 (quick: 1/3)")
+    parser.add_argument("--churn-minutes", type=float, help="default 10 (quick: 0.05)")
     ns = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; scenario {ns.scenario}")
     with footprint.workdir() as tmp:

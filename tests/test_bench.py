@@ -13,6 +13,9 @@ import pytest
 from tests.support import run_in_group
 
 ROOT = Path(__file__).resolve().parent.parent
+# bench/exporter.py --quick takes about 70 s on a two-core machine with both cores busy
+# (other builds, two CPU hogs): its limit is well beyond, the test's 30 s beyond that.
+QUICK_EXPORTER_S = 180
 
 
 # Each benchmark runs in a process group of its own that the test kills however it ends,
@@ -41,14 +44,14 @@ def test_quick_benchmark_prints_every_row() -> None:
 
 
 @pytest.mark.slow  # runs the simulated kubelet, the exporter and a plain server as processes
-@pytest.mark.timeout(430)
+@pytest.mark.timeout(QUICK_EXPORTER_S + 30)
 def test_quick_exporter_benchmark_measures_each_figure() -> None:
     """bench/exporter.py --quick on the small node: every figure is printed beside its
     target, and what it counts holds (two kubelet calls a poll under scrapers, no series
     of a departed pod)."""
     done = run_in_group(
         [sys.executable, str(ROOT / "bench" / "exporter.py"), "--quick", "--scenario", "small"],
-        timeout=400,
+        timeout=QUICK_EXPORTER_S,
         cwd=ROOT / "bench",
     )
     assert done.returncode == 0, done.stderr[-4000:]

@@ -1,5 +1,5 @@
 """``python -m podres_exporter`` is the ``podres`` command."""
 
-from podres_exporter.cli import main
+from podres_exporter.entry import main
 
 raise SystemExit(main())

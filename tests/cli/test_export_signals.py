@@ -95,3 +95,76 @@ def test_sighup_while_starting_or_stopping_never_ends_the_exporter(
             proc.wait()
     assert code == 0, log.read_text()
     assert events(log, "exporter_stopped")[0]["reason"] == "signal SIGTERM"
+
+
+# Runs an entry point of ours with an import hook that reports, at the first import of a
+# module beyond the entry's own few, whether SIGHUP is ignored by then; and exits there.
+_FIRST_IMPORT_PROBE = r"""
+import importlib.abc, importlib.metadata, os, runpy, signal, sys
+
+ENTRY = {
+    "podres_exporter", "podres_exporter.entry", "podres_exporter.__main__",
+    "podres_exporter.deviceplugin", "podres_exporter.deviceplugin.__main__", "__future__",
+}
+
+class Probe(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in ENTRY:
+            ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            sys.stdout.write(f"{name} {'ignored' if ignored else 'default'}\n")
+            sys.stdout.flush()
+            os._exit(0)
+        return None
+
+how, target, *args = sys.argv[1:]
+sys.argv = [target, *args]
+if how == "script":
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name=target)
+    sys.meta_path.insert(0, Probe())
+    sys.exit(script.load()())
+sys.meta_path.insert(0, Probe())
+runpy.run_module(target, run_name="__main__", alter_sys=True)
+"""
+
+
+def _first_import(how: str, target: str, *args: str) -> str:
+    """What the probe saw: the first module imported beyond the entry, and SIGHUP then."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a daemon run in this process ignores it
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FIRST_IMPORT_PROBE, how, target, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("how", "target", "command"),
+    [
+        ("script", "podres", "export"),
+        ("script", "podres", "plugin"),
+        ("script", "podres", "demo"),
+        ("module", "podres_exporter", "export"),
+        ("module", "podres_exporter", "plugin"),
+        ("module", "podres_exporter.deviceplugin", "--config"),
+    ],
+)
+def test_a_daemon_ignores_sighup_before_it_imports_anything(
+    how: str, target: str, command: str
+) -> None:
+    """The console script and both ``-m`` entries of a daemon command ignore SIGHUP before
+    they import any module beyond their entry (the imports take half a second or more,
+    and a SIGHUP then would end the process)."""
+    seen = _first_import(how, target, command)
+    assert seen.endswith(" ignored"), seen
+
+
+def test_a_one_shot_command_keeps_the_default_sighup() -> None:
+    """``podres snapshot`` / ``top`` are no daemons: a hang-up still ends them."""
+    assert _first_import("script", "podres", "snapshot").endswith(" default")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -182,6 +183,47 @@ def test_sigterm_removes_the_sockets_and_exits_0(
     assert files(kubelet) == ["kubelet.sock"]
     assert (process.event("plugin_stopped") or {}).get("reason") == "signal SIGTERM"
     assert kubelet.wait_for(lambda: not any(kubelet.connected(r) for r in (VF, NIC)), timeout=3)
+
+
+def test_a_restart_after_sigkill_removes_the_stale_sockets_of_its_own_resources(
+    plugin_process: tuple[PluginProcess, SimDeviceManager], tmp_path: Path
+) -> None:
+    """A plugin killed by SIGKILL leaves its sockets; the next one removes them as it
+    starts, and leaves alone a socket of its own name that still answers (another
+    instance), another resource's stale socket and a regular file of its own name."""
+    process, kubelet = plugin_process
+    assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 2, timeout=15)
+    process.proc.kill()
+    assert process.finish() == -signal.SIGKILL
+    left = [n for n in files(kubelet) if n != "kubelet.sock"]
+    assert len(left) == 2  # SIGKILL: no cleanup
+    prefix = left[0][: -len("0123abcd.sock")]
+    live_path = kubelet.directory / f"{prefix}0badc0de.sock"
+    plain = kubelet.directory / f"{prefix}0123abcd.sock"
+    plain.write_text("not a socket")
+    foreign = kubelet.directory / "podres-example-org-other-12345678.sock"
+    with socket.socket(socket.AF_UNIX) as stale, socket.socket(socket.AF_UNIX) as live:
+        stale.bind(str(foreign))  # bound, never listening: refused, but not ours
+        live.bind(str(live_path))
+        live.listen()
+        restarted = PluginProcess(
+            plugin_flags(tmp_path / "plugin.toml", kubelet.directory, tmp_path / "sys")
+        )
+        try:
+            assert kubelet.wait_for(lambda: len(accepted(kubelet)) == 4, timeout=15)
+            removed = sorted(
+                Path(e["socket"]).name
+                for e in restarted.events
+                if e.get("event") == "stale_socket_removed"
+            )
+            now = files(kubelet)
+        finally:
+            restarted.proc.send_signal(signal.SIGTERM)
+            assert restarted.finish() == 0
+    assert removed == sorted(left)
+    assert not set(left) & set(now)
+    assert {live_path.name, plain.name, foreign.name, "kubelet.sock"} < set(now)
+    assert len(now) == 6  # those four and the restarted plugin's two sockets
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@ Opt-in: set ``PODRES_E2E_KUBERNETES`` to a directory holding upstream ``kubelet`
 It needs root, and etcd, containerd, runc, the CNI plugins, podman, debootstrap, a C
 compiler and kubectl on the machine (``.ci/run`` installs them); ``docs/deploy.md`` says
 how to run it by hand. ``PODRES_E2E_KEEP=1`` keeps the work directory (logs) afterwards.
+Before anything is built or started, the node ports its pods listen on (9842, 9843) must
+be free (``ports``): if one is taken, every test fails saying which, and by what.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 from tests.e2e import images
 from tests.e2e.cluster import PAUSE_IMAGE, Cluster, unpack_binaries, wait_for
+from tests.e2e.ports import busy_ports
 
 ENV_KUBERNETES = "PODRES_E2E_KUBERNETES"
 ENV_KEEP = "PODRES_E2E_KEEP"
@@ -57,6 +60,9 @@ def kube_binaries_dir() -> Path:
             "Kubernetes v1.28 kubelet, kube-apiserver, kube-controller-manager and "
             "kube-scheduler binaries (docs/deploy.md, 'End-to-end tests on a real cluster')"
         )
+    busy = busy_ports()  # before anything is built or started
+    if busy is not None:
+        pytest.fail(busy)
     path = Path(value)
     if not path.is_dir():
         pytest.fail(f"{ENV_KUBERNETES}={value}: no such directory")

@@ -1,9 +1,14 @@
 """``python -m podres_exporter.deviceplugin --config FILE``: the device plugin alone."""
 
-import argparse
-import os
+import signal
 
-from podres_exporter.deviceplugin.main import add_plugin_arguments, run_plugin
+# First, as in podres_exporter.entry: a SIGHUP while it imports never ends the plugin.
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+import argparse  # noqa: E402  (after the step above, on purpose)
+import os  # noqa: E402
+
+from podres_exporter.deviceplugin.main import add_plugin_arguments, run_plugin  # noqa: E402
 
 _parser = add_plugin_arguments(
     argparse.ArgumentParser(

@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_HEALTH_INTERVAL_S",
     "DEFAULT_XID_UNHEALTHY_FOR_S",
     "HEALTH_INTERVAL",
+    "MAX_DEVICE_IDS",
     "MAX_REPLICAS",
     "XID_UNHEALTHY_FOR",
     "Discover",
@@ -76,6 +77,13 @@ XID_UNHEALTHY_FOR: Final = duration(max_s=24 * 3600.0)
 """xid_unhealthy_for / --xid-unhealthy-for, at most 24h: a GPU still failing after a day
 reports new XIDs of its own."""
 MAX_REPLICAS: Final = 1024  # "<id>::1023" still fits the kubelet's 63-character id limit
+MAX_DEVICE_IDS: Final = 32_768
+"""Device ids the plugin advertises in all, shared equally by the resources of the file
+(:attr:`PluginConfig.ids_per_resource`): each id costs up to about 1 KB of the plugin's
+memory (its device, its ListAndWatch entry, its index), so this many keep the plugin near
+92 MB, under the container's 128Mi with room for its connections (docs/plugin.md,
+"Limits"). A resource that finds more hardware than its share holds advertises the first
+devices that fit, by id, and logs the rest."""
 
 _HEX_ID = re.compile(r"^(0x)?[0-9a-fA-F]{4}$")
 _MIG_PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb(\+[a-z]+)*$")
@@ -144,6 +152,12 @@ class PluginConfig:
     health_interval_s: float = DEFAULT_HEALTH_INTERVAL_S
     xid_unhealthy_for_s: float = DEFAULT_XID_UNHEALTHY_FOR_S
     path: str = "<memory>"
+
+    @property
+    def ids_per_resource(self) -> int:
+        """The device ids each resource may advertise: its equal share of
+        :data:`MAX_DEVICE_IDS`."""
+        return MAX_DEVICE_IDS // max(1, len(self.resources))
 
     @property
     def uses_nvml(self) -> bool:
@@ -380,6 +394,14 @@ def parse_config(
                 f"declared by resource[{seen[res.name]}]"
             )
         seen[res.name] = i
+    share = MAX_DEVICE_IDS // len(resources)
+    for i, res in enumerate(resources):
+        if res.replicas > share:
+            raise ConfigError(
+                f"config file {source}: resource[{i}].replicas: {res.replicas} ids per device "
+                f"do not fit the {share} ids each of {len(resources)} resources may advertise "
+                f"(at most {MAX_DEVICE_IDS} in all, shared equally)"
+            )
     health = plugin.duration("health_interval", DEFAULT_HEALTH_INTERVAL_S, HEALTH_INTERVAL)
     xid = plugin.duration("xid_unhealthy_for", DEFAULT_XID_UNHEALTHY_FOR_S, XID_UNHEALTHY_FOR)
     return PluginConfig(

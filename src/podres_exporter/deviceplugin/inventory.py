@@ -19,6 +19,11 @@ Hardware the rule finds nowhere, from the start, is advertised as an empty list:
 the resource stays registered and is watched. Ids are the GPU or MIG UUID, the PCI
 address, the interface name or the device node's file name; ``<id>::<n>`` for
 replicas. An id longer than the kubelet's 63 characters is shortened with a hash.
+
+A resource advertises at most ``max_ids`` ids (its share of the plugin's bound,
+:data:`~podres_exporter.deviceplugin.config.MAX_DEVICE_IDS`): the hardware devices
+that fit with all their replicas, first by key; the others are counted in
+``InventoryState.withheld``, still checked, never advertised.
 """
 
 from __future__ import annotations
@@ -202,6 +207,8 @@ class InventoryState:
         default_factory=lambda: MappingProxyType({})
     )
     xid_until: Mapping[str, tuple[float, int]] = field(default_factory=lambda: MappingProxyType({}))
+    withheld: int = 0
+    """Hardware devices found but not advertised: their ids would pass ``max_ids``."""
 
 
 def initial_state(resource: ResourceConfig) -> InventoryState:
@@ -406,17 +413,19 @@ def _dev(check: _Check, dev_nodes: Mapping[str, tuple[str, ...]]) -> None:
         check.found[key] = Hardware(key=key, kind=DiscoverKind.DEV, dev_path=path)
 
 
-def update(
+def update(  # noqa: PLR0913 - the bounds of a check are keywords, each with its default
     resource: ResourceConfig,
     discovery: Discovery,
     previous: InventoryState,
     *,
     now: float,
     xid_unhealthy_for_s: float,
+    max_ids: int | None = None,
 ) -> tuple[InventoryState, tuple[HealthChange, ...]]:
     """One health check of ``resource``: the new state and what changed.
 
-    ``now`` is a monotonic time in seconds (the XID timer runs on it).
+    ``now`` is a monotonic time in seconds (the XID timer runs on it). ``max_ids``:
+    at most this many ids are advertised (None: no bound).
     """
     check = _Check(resource, previous, now, xid_unhealthy_for_s)
     check.xid_counts.update(previous.xid_counts)
@@ -441,8 +450,10 @@ def update(
             changes.append(
                 HealthChange(resource.name, key, now_hw.healthy, now_hw.reason, before is None)
             )
+    fit = len(hardware) if max_ids is None else max_ids // resource.replicas
+    advertised = sorted(hardware)[:fit]
     devices: list[Device] = []
-    for hw in hardware.values():
+    for hw in (hardware[key] for key in advertised):
         replicas: Iterable[int | None] = (
             range(resource.replicas) if resource.replicas > 1 else (None,)
         )
@@ -455,5 +466,6 @@ def update(
         known=MappingProxyType(hardware),
         xid_counts=MappingProxyType(check.xid_counts),
         xid_until=MappingProxyType(check.xid_until),
+        withheld=len(hardware) - len(advertised),
     )
     return state, tuple(changes)

@@ -193,6 +193,7 @@ class Monitor:
             }
         )
         self._absent_logged: set[str] = set()
+        self._withheld_logged: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_check: float | None = None
@@ -217,8 +218,10 @@ class Monitor:
             self._states[resource.name],
             now=now,
             xid_unhealthy_for_s=self._config.xid_unhealthy_for_s,
+            max_ids=self._config.ids_per_resource,
         )
         self._states[resource.name] = state
+        self._say_withheld(resource, state)
         for change in changes:
             if change.new:
                 log.info(
@@ -255,6 +258,22 @@ class Monitor:
             board.publish(state.inventory)
         healthy, unhealthy = state.inventory.counts()
         self._metrics.set_devices(resource.name, healthy=healthy, unhealthy=unhealthy)
+
+    def _say_withheld(self, resource: ResourceConfig, state: inv.InventoryState) -> None:
+        """Log once (and again when the number changes) that hardware is withheld."""
+        if self._withheld_logged.get(resource.name, 0) == state.withheld:
+            return
+        self._withheld_logged[resource.name] = state.withheld
+        if state.withheld:
+            log.warning(
+                "devices_over_limit",
+                resource=resource.name,
+                advertised_ids=len(state.inventory.devices),
+                withheld_devices=state.withheld,
+                limit_ids=self._config.ids_per_resource,
+                detail="the plugin's device ids are bounded (MAX_DEVICE_IDS shared by the "
+                "resources); the devices past this resource's share are not advertised",
+            )
 
     def alive(self, *, within_s: float | None = None) -> bool:
         """Whether the loop runs (once started) and a check finished recently (10

@@ -8,13 +8,22 @@ pool has room for the ListAndWatch streams a servicer keeps
 plus :data:`UNARY_WORKERS` for Allocate and the other calls, so open streams never
 stall pod admission. Before the kubelet is told about it, the socket must answer our
 own ``GetDevicePluginOptions``.
+
+A plugin killed without its cleanup (SIGKILL, an OOM kill) leaves its sockets behind.
+Before its first socket, a resource removes the stale ones of its own name pattern:
+sockets on which nothing listens any more (a connect is refused). A socket that
+answers belongs to a running instance and stays; so does every other file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import secrets
+import socket
+import stat
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -88,6 +97,7 @@ class SocketServing:
         self._self_dial_timeout_s = self_dial_timeout_s
         self._grace_s = grace_s
         self._dir_missing_logged = False
+        self._swept = False
 
     def serve(self) -> Served | None:
         """A new server on a new socket that has answered our own call; None on failure."""
@@ -97,7 +107,10 @@ class SocketServing:
                 log.warning("device_plugin_dir_missing", directory=self._dir)
             return None
         self._dir_missing_logged = False
-        name = f"podres-{self.resource.slug[:40]}-{secrets.token_hex(4)}.sock"
+        if not self._swept:
+            self._swept = True
+            remove_stale_sockets(self._dir, self.resource.slug)
+        name = f"{socket_prefix(self.resource.slug)}{secrets.token_hex(4)}.sock"
         path = os.path.join(os.path.abspath(self._dir), name)
         if socket_path_too_long(path):
             log.error(
@@ -172,6 +185,52 @@ class SocketServing:
         if served.identity is not None and file_identity(served.path) == served.identity:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(served.path)
+
+
+def socket_prefix(slug: str) -> str:
+    """The start of every socket name of the resource with ``slug``; 8 hex digits and
+    ``.sock`` follow."""
+    return f"podres-{slug[:40]}-"
+
+
+def remove_stale_sockets(directory: str, slug: str) -> list[str]:
+    """Remove the sockets in ``directory`` named as the resource ``slug``'s that nothing
+    listens on any more; their paths. Never raises: what cannot be checked stays."""
+    own = re.compile(re.escape(socket_prefix(slug)) + r"[0-9a-f]{8}\.sock")
+    try:
+        names = sorted(n for n in os.listdir(directory) if own.fullmatch(n))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(os.path.abspath(directory), name)
+        identity = file_identity(path)
+        if not _is_socket(path) or not _refused(path):
+            continue
+        if file_identity(path) == identity:  # still the file found refusing
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed.append(path)
+                log.info("stale_socket_removed", socket=path)
+    return removed
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _refused(path: str) -> bool:
+    """Whether a connect to the unix socket ``path`` is refused: nothing listens there."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError as err:
+            return err.errno == errno.ECONNREFUSED
+    return False
 
 
 def rpc_text(err: grpc.RpcError) -> str:
