@@ -1,12 +1,15 @@
 """``podres top``: the command line, its settings and the one-shot output.
 
 Exit status: 0 on success (``q`` or Ctrl-C in live mode included; 130 for Ctrl-C
-before the live loop runs or during ``--once``); 2 on a usage or
-configuration error, or when what a flag names cannot be reached or used (kubelet
-socket missing or permission denied, nothing listening on it, an exporter or
-Prometheus URL that does not answer): the message names the flag; 1 when the source
-answered but its answer is unusable (an HTTP error, a rejected query, no podres
-metrics, a kubelet error other than UNAVAILABLE).
+before the live loop runs or during ``--once``; a reader that left, ``| head``); 2 on a
+usage or configuration error (a malformed URL included), or when what a flag names
+cannot be reached or used (kubelet socket missing or permission denied, nothing
+listening on it, an exporter or Prometheus URL that does not answer within
+``--timeout``, a certificate not trusted, credentials refused): the message names the
+flag; 1 when the source answered but its answer is unusable (an HTTP error, a rejected
+query, no podres metrics, an answer malformed, over ``--max-answer-size`` or unfinished
+at ``--timeout``, a kubelet error other than UNAVAILABLE), or when the frame cannot be
+written (a full disk). Every error is one line on stderr; URLs show no password.
 """
 
 from __future__ import annotations
@@ -102,8 +105,8 @@ AUTH_PASSWORD_FILE = Option(
 )  # fmt: skip
 CA_FILE = Option(
     "--ca-file", "ca_file", parse_path, None,
-    "With an https:// URL: trust only the CA certificates in this PEM file "
-    "(default: the system's).",
+    "With an https:// URL: trust only the CA certificates in this PEM file; without it, "
+    "the system's.",
     env_prefix=_TOP,
 )  # fmt: skip
 TLS_SERVER_NAME = Option(

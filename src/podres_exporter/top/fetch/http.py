@@ -25,6 +25,7 @@ import socket
 import ssl
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from podres_exporter.core.errors import ConfigError, FetchError
@@ -32,7 +33,7 @@ from podres_exporter.top.fetch.source import fetch_error
 
 HTTP_TIMEOUT_S = 10.0
 """Default total deadline of one GET (``--timeout``)."""
-MAX_ANSWER_BYTES = 64 * 2**20
+MAX_ANSWER_BYTES = 32 * 2**20
 """Default cap on one answer's body (``--max-answer-size``): a 5,000-pod node's
 ``/metrics`` is about 7 MiB; parsing costs a few times the body in memory."""
 _CHUNK = 64 * 1024
@@ -104,8 +105,10 @@ def tls_context(settings: HttpSettings) -> ssl.SSLContext:
 class _Deadline:
     """Shuts a connection's socket when its time is up, whatever call is blocked on it."""
 
-    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
-        self._conn = conn
+    def __init__(self, seconds: float) -> None:
+        # Kept here: the connection lets go of its socket when the answer says it closes,
+        # and the answer still reads from it.
+        self.sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._done = False
         self.passed = False
@@ -113,16 +116,25 @@ class _Deadline:
         self._timer.daemon = True
         self._timer.start()
 
+    def watch(self, sock: socket.socket) -> None:
+        """Shut ``sock`` at the deadline (at once if it has passed)."""
+        with self._lock:
+            self.sock = sock
+            if self.passed:
+                self._shut()
+
     def _expire(self) -> None:
         with self._lock:
             if self._done:
                 return
             self.passed = True
-            sock = self._conn.sock
-            if sock is not None:
-                # The plain socket's shutdown: it ends a TLS read blocked in another thread.
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            self._shut()
+
+    def _shut(self) -> None:
+        if self.sock is not None:
+            # The plain socket's shutdown: it ends a TLS read blocked in another thread.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
 
     def end(self) -> None:
         with self._lock:
@@ -140,9 +152,12 @@ class _HttpsConnection(http.client.HTTPSConnection):
         super().__init__(host, port, timeout=timeout, context=context)
         self._tls = context
         self._name = name
+        self.on_connect: Callable[[socket.socket], None] | None = None
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)
+        if self.on_connect is not None:
+            self.on_connect(self.sock)
         self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._name)
 
 
@@ -173,9 +188,13 @@ class HttpClient:
         parts = urllib.parse.urlsplit(url)
         target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
         conn = self._connection(parts)
-        deadline = _Deadline(conn, self.settings.timeout_s)
+        deadline = _Deadline(self.settings.timeout_s)
         answered = False
         try:
+            if isinstance(conn, _HttpsConnection):
+                conn.on_connect = deadline.watch  # the handshake within the deadline too
+            conn.connect()
+            deadline.watch(conn.sock)
             conn.request("GET", target, headers=self._headers)
             resp = conn.getresponse()
             answered = True
