@@ -148,6 +148,7 @@ def _keeps_running_without_its_log(proc: subprocess.Popen[str], started: str) ->
         proc.wait(timeout=20)
 
 
+@pytest.mark.slow  # a daemon as a process
 def test_the_exporter_keeps_running_when_its_log_pipe_closes(make_sim: MakeSim) -> None:
     """`podres export` whose stderr reader left: it keeps polling and serving."""
     sim = make_sim("minimal")
@@ -161,6 +162,7 @@ def test_the_exporter_keeps_running_when_its_log_pipe_closes(make_sim: MakeSim) 
     _keeps_running_without_its_log(proc, "exporter_started")
 
 
+@pytest.mark.slow  # a daemon as a process
 def test_the_plugin_keeps_running_when_its_log_pipe_closes(tmp_path: Path) -> None:
     """`podres plugin` whose stderr reader left (no kubelet yet: it retries and logs):
     it keeps serving its own endpoints."""
