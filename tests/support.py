@@ -168,10 +168,11 @@ def run_in_group(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``args`` to its end in a session of its own, its output captured as text, and
     kill its whole process group however the call ends (its own timeout, a test timeout,
-    an interrupt): whatever it started, a benchmark's servers say, does not outlive it."""
+    an interrupt): whatever it started, a benchmark's servers say, does not outlive it.
+    ``stdout``: captured unless given (a file, a pipe's end)."""
     with subprocess.Popen(
         args,
-        stdout=subprocess.PIPE,
+        stdout=kwargs.pop("stdout", subprocess.PIPE),
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,

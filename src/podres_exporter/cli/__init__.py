@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from podres_exporter import __version__, collectors
 from podres_exporter.core.errors import ConfigError
-from podres_exporter.daemon import process
+from podres_exporter.daemon import logconf, process
 from podres_exporter.daemon.flags import (
     KUBELET_SOCKET,
     LOG_FORMAT,
@@ -164,5 +164,5 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
         return run_snapshot(settings, pod=ns.pod, telemetry=ns.telemetry)
     except ConfigError as err:
-        print(f"podres {ns.command}: error: {err}", file=sys.stderr)
+        logconf.say(sys.stderr, f"podres {ns.command}: error: {err}")
         return 2

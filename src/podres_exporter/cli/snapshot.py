@@ -7,7 +7,7 @@ import sys
 
 from podres_exporter import collectors
 from podres_exporter.core.errors import ConfigError, KubeletError, KubeletUnavailable
-from podres_exporter.daemon import process
+from podres_exporter.daemon import logconf, process
 from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.exporter.report import to_dict
 from podres_exporter.exporter.settings import Settings
@@ -27,24 +27,28 @@ def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool 
             namespace, name = pod.split("/")
             found = reader.kubelet.get_pod(namespace, name)
             if found is None:
-                print(f"podres snapshot: pod {pod} is not on this node (--pod)", file=sys.stderr)
+                logconf.say(sys.stderr, f"podres snapshot: pod {pod} is not on this node (--pod)")
                 return 1
     except KubeletError as err:  # Get failed after List answered
-        print(f"podres snapshot: {_kubelet_problem(err)}", file=sys.stderr)
+        logconf.say(sys.stderr, f"podres snapshot: {_kubelet_problem(err)}")
         return 1
     finally:
         reader.close()
     if seen.reading is None:
         assert seen.kubelet_error is not None
-        print(f"podres snapshot: {_kubelet_problem(seen.kubelet_error)}", file=sys.stderr)
+        logconf.say(sys.stderr, f"podres snapshot: {_kubelet_problem(seen.kubelet_error)}")
         return 1
     if seen.topology is None:  # accounted without NUMA nodes or online CPUs
-        print(
-            f"podres snapshot: warning: {seen.topology_error} (set --path.sysfs)", file=sys.stderr
+        logconf.say(
+            sys.stderr, f"podres snapshot: warning: {seen.topology_error} (set --path.sysfs)"
         )
     view = reader.view(seen, generation=1)
-    json.dump(to_dict(view, only=found), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    try:
+        json.dump(to_dict(view, only=found), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except OSError as err:  # `| head -c 100` left, or a full disk: said once, no traceback
+        return logconf.output_failed(sys.stdout, sys.stderr, "podres snapshot", err)
     return 0
 
 

@@ -6,16 +6,24 @@ What an event carries often comes from a peer: the kubelet's error texts, the id
 Allocate request, a device's name. :func:`bound_values` caps every event whatever its
 values hold (a 1 MB id, a list of 10,000), and console lines, bound for a terminal,
 show control characters escaped (:func:`console_safe`); JSON escapes them itself.
+
+A log line that cannot be written (the pipe behind stderr closed, the disk is full) is
+dropped and counted (:func:`dropped_lines`), never raised into the code that logged it: a
+daemon keeps running without its log. The commands that print a result use
+:func:`output_failed` for a standard output that cannot be written.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
+import os
 import reprlib
 import sys
+import threading
 from collections.abc import Mapping, MutableMapping
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, cast
 
 import structlog
 
@@ -126,6 +134,92 @@ def console_safe(
     }
 
 
+# ----------------------------------------------------------------- streams that fail
+
+_dropped = 0
+_dropped_lock = threading.Lock()
+
+
+def dropped_lines() -> int:
+    """How many log lines could not be written since the process started."""
+    return _dropped
+
+
+def discard(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at ``/dev/null``: what is still buffered for it,
+    and what the interpreter flushes at exit, goes nowhere instead of failing again (and
+    printing ``Exception ignored ... BrokenPipeError``). A stream without a descriptor
+    (a test's ``StringIO``) is left as it is."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+def say(stream: TextIO, line: str) -> None:
+    """Write ``line`` and a line break to ``stream`` if it can still be written; a stream
+    that fails is discarded (:func:`discard`) and the line lost."""
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):  # ValueError: the stream was closed
+        discard(stream)
+
+
+def output_failed(out: TextIO, err: TextIO, command: str, error: OSError) -> int:
+    """The exit status of a command whose result could not be written to ``out``: 0 when
+    its reader left (a broken pipe: ``| head`` took what it wanted), else 1, said once
+    on ``err`` (a full disk, an I/O error). ``out`` is discarded either way."""
+    discard(out)
+    if isinstance(error, BrokenPipeError) or error.errno == errno.EPIPE:
+        return 0
+    say(err, f"{command}: error: cannot write the output: {error.strerror or error}")
+    return 1
+
+
+class _LogStream:
+    """The stream log lines go to: a line that cannot be written is dropped and counted;
+    a closed pipe is discarded, as no reader comes back to it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._lost = False  # a write failed since the last flush (a line is written, then flushed)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError) as err:
+            self._failed(err)
+            return 0
+
+    def flush(self) -> None:
+        global _dropped  # noqa: PLW0603 - one count for the process, as its streams are
+        try:
+            self._stream.flush()
+        except (OSError, ValueError) as err:
+            self._failed(err)
+        if self._lost:
+            self._lost = False
+            with _dropped_lock:
+                _dropped += 1
+
+    def _failed(self, err: Exception) -> None:
+        self._lost = True
+        if isinstance(err, BrokenPipeError):
+            discard(self._stream)
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+
 def configure(
     level: str = "info", *, stream: TextIO | None = None, json: bool | None = None
 ) -> None:
@@ -152,6 +246,6 @@ def configure(
             *last,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _LogStream(out))),
         cache_logger_on_first_use=False,
     )

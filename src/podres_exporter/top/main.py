@@ -1,12 +1,15 @@
 """``podres top``: the command line, its settings and the one-shot output.
 
 Exit status: 0 on success (``q`` or Ctrl-C in live mode included; 130 for Ctrl-C
-before the live loop runs or during ``--once``); 2 on a usage or
-configuration error, or when what a flag names cannot be reached or used (kubelet
-socket missing or permission denied, nothing listening on it, an exporter or
-Prometheus URL that does not answer): the message names the flag; 1 when the source
-answered but its answer is unusable (an HTTP error, a rejected query, no podres
-metrics, a kubelet error other than UNAVAILABLE).
+before the live loop runs or during ``--once``; a reader that left, ``| head``); 2 on a
+usage or configuration error (a malformed URL included), or when what a flag names
+cannot be reached or used (kubelet socket missing or permission denied, nothing
+listening on it, an exporter or Prometheus URL that does not answer within
+``--timeout``, a certificate not trusted, credentials refused): the message names the
+flag; 1 when the source answered but its answer is unusable (an HTTP error, a rejected
+query, no podres metrics, an answer malformed, over ``--max-answer-size`` or unfinished
+at ``--timeout``, a kubelet error other than UNAVAILABLE), or when the frame cannot be
+written (a full disk). Every error is one line on stderr; URLs show no password.
 """
 
 from __future__ import annotations
@@ -24,15 +27,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from podres_exporter.core.errors import ConfigError, FetchError
+from podres_exporter.daemon import logconf
 from podres_exporter.daemon.flags import KUBELET_SOCKET, PATH_PROCFS, PATH_SYSFS
 from podres_exporter.daemon.options import Option, given, resolve
-from podres_exporter.daemon.values import duration, parse_text
+from podres_exporter.daemon.values import duration, parse_path, parse_text, size
 from podres_exporter.top.fetch import (
     BUSY_ONLY,
+    HTTP_TIMEOUT_S,
+    MAX_ANSWER_BYTES,
     ExporterSource,
+    HttpSettings,
     LocalSource,
     PrometheusSource,
     Source,
+    read_password,
 )
 from podres_exporter.top.jsonout import to_json
 from podres_exporter.top.render import render
@@ -73,9 +81,47 @@ INTERVAL = Option(
     "Time between refreshes. At most 1h: a refresh rarer than that shows nothing live.",
     env_prefix=_TOP,
 )  # fmt: skip
+TIMEOUT = Option(
+    "--timeout", "timeout_s", duration(max_s=600.0, min_s=0.1), HTTP_TIMEOUT_S,
+    "With --exporter or --prometheus: the whole time one request may take (connecting, "
+    "the headers and the body), however slowly the peer answers.",
+    env_prefix=_TOP,
+)  # fmt: skip
+MAX_ANSWER_SIZE = Option(
+    "--max-answer-size", "max_bytes", size(max_bytes=2**30), MAX_ANSWER_BYTES,
+    "With --exporter or --prometheus: the largest answer read; a larger one is refused "
+    "as it arrives (a 5,000-pod node's /metrics is about 7Mi).",
+    env_prefix=_TOP,
+)  # fmt: skip
+AUTH_USER = Option(
+    "--auth-user", "username", parse_text, None,
+    "Basic auth user for a locked exporter or Prometheus (or user:password@ in the URL).",
+    metavar="USER", env_prefix=_TOP,
+)  # fmt: skip
+AUTH_PASSWORD_FILE = Option(
+    "--auth-password-file", "password_file", parse_path, None,
+    "The file holding --auth-user's password (one line); never a flag, which ps shows.",
+    env_prefix=_TOP,
+)  # fmt: skip
+CA_FILE = Option(
+    "--ca-file", "ca_file", parse_path, None,
+    "With an https:// URL: trust only the CA certificates in this PEM file; without it, "
+    "the system's.",
+    env_prefix=_TOP,
+)  # fmt: skip
+TLS_SERVER_NAME = Option(
+    "--tls-server-name", "server_name", parse_text, None,
+    "With an https:// URL: the name the server's certificate must carry, when the URL's "
+    "host is not it (an address, say).",
+    metavar="NAME", env_prefix=_TOP,
+)  # fmt: skip
+HTTP_OPTIONS: tuple[Option, ...] = (
+    TIMEOUT, MAX_ANSWER_SIZE, AUTH_USER, AUTH_PASSWORD_FILE, CA_FILE, TLS_SERVER_NAME,
+)  # fmt: skip
+"""How top reaches an exporter or Prometheus."""
 LOCAL_OPTIONS: tuple[Option, ...] = (KUBELET_SOCKET, PATH_SYSFS, PATH_PROCFS)
 """The exporter's flags of the local source, shared with it (its variables too)."""
-SOURCE_OPTIONS: tuple[Option, ...] = (EXPORTER, PROMETHEUS, NODE, *LOCAL_OPTIONS)
+SOURCE_OPTIONS: tuple[Option, ...] = (EXPORTER, PROMETHEUS, NODE, *HTTP_OPTIONS, *LOCAL_OPTIONS)
 
 
 def add_top_parser(subparsers: Any) -> None:
@@ -137,6 +183,7 @@ class TopConfig:
     exporter: str
     prometheus: str
     node: str
+    http: HttpSettings
     interval_s: float
     options: Options
     output: str
@@ -162,6 +209,7 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
                 other = "--exporter" if exporter else "--prometheus"
                 raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
     interval = resolve(INTERVAL, flags, env)
+    http = _http_settings(flags, env, remote=bool(exporter or prometheus))
     options = Options(
         view=ns.view,
         sort=ns.sort,
@@ -174,10 +222,34 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
         exporter=exporter,
         prometheus=prometheus,
         node=raw["node"] if prometheus else "",
+        http=http,
         interval_s=interval,
         options=options,
         output=ns.output,
         once=ns.once,
+    )
+
+
+def _http_settings(
+    flags: Mapping[str, Any], env: Mapping[str, str], *, remote: bool
+) -> HttpSettings:
+    """The settings of the network sources; ConfigError naming a flag."""
+    if not remote:
+        for opt in HTTP_OPTIONS:
+            if flags.get(opt.flag):
+                raise ConfigError(f"{opt.flag} is for --exporter or --prometheus: give one")
+        return HttpSettings()
+    v = {opt.attr: resolve(opt, flags, env) for opt in HTTP_OPTIONS}
+    user, password_file = v["username"] or "", v["password_file"]
+    if bool(user) != bool(password_file):
+        raise ConfigError("--auth-user and --auth-password-file go together: give both")
+    return HttpSettings(
+        timeout_s=v["timeout_s"],
+        max_bytes=v["max_bytes"],
+        ca_file=v["ca_file"] or "",
+        server_name=v["server_name"] or "",
+        username=user,
+        password=read_password(password_file) if password_file else "",
     )
 
 
@@ -186,12 +258,11 @@ def open_source(
 ) -> Source:
     """The source the configuration names; raises ConfigError or FetchError."""
     if cfg.exporter:
-        return ExporterSource(cfg.exporter)
+        return ExporterSource(cfg.exporter, http=cfg.http)
     if cfg.prometheus:
-        return PrometheusSource(cfg.prometheus, node=cfg.node)
+        return PrometheusSource(cfg.prometheus, node=cfg.node, http=cfg.http)
     # Deferred, as the local source's own machinery is: another source never needs them.
     from podres_exporter import collectors
-    from podres_exporter.daemon import logconf
     from podres_exporter.exporter.settings import build as build_settings
 
     flags = given(ns, LOCAL_OPTIONS)
@@ -282,10 +353,14 @@ def run_top(ns: argparse.Namespace, env: Mapping[str, str], *, exit_when_done: b
                 return run_live(source, source.read(), cfg.options, interval_s=cfg.interval_s)
             data = read_once(source, cfg.interval_s)
             if cfg.output == "json":
-                out.write(json.dumps(to_json(data, cfg.options), indent=2) + "\n")
+                text = json.dumps(to_json(data, cfg.options), indent=2) + "\n"
             else:
-                out.write(render(data, cfg.options, _width(env, cfg.output, out)))
-            out.flush()
+                text = render(data, cfg.options, _width(env, cfg.output, out))
+            try:
+                out.write(text)
+                out.flush()
+            except OSError as e:  # `| head` left, or a full disk: said once, no traceback
+                return logconf.output_failed(out, err, "podres top", e)
             if exit_when_done:
                 err.flush()
                 os._exit(0)
@@ -293,16 +368,13 @@ def run_top(ns: argparse.Namespace, env: Mapping[str, str], *, exit_when_done: b
         finally:
             source.close()
     except ConfigError as e:
-        err.write(f"podres top: error: {e}\n")
+        logconf.say(err, f"podres top: error: {e}")
         return 2
     except FetchError as e:
-        err.write(f"podres top: error: {e}\n")
+        logconf.say(err, f"podres top: error: {e}")
         return e.exit_code
     except KeyboardInterrupt:  # Ctrl-C before the live loop, or during --once
         return 130
-    except BrokenPipeError:  # `podres top --once | head`: the reader left, nothing to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
-        return 0
     finally:
         if collecting:
             gc.enable()

@@ -18,7 +18,13 @@ from podres_exporter.top.fetch.exporter import (
     ExporterSource,
     metrics_url,
 )
-from podres_exporter.top.fetch.http import HTTP_TIMEOUT_S
+from podres_exporter.top.fetch.http import (
+    HTTP_TIMEOUT_S,
+    MAX_ANSWER_BYTES,
+    HttpSettings,
+    read_password,
+    shown_url,
+)
 from podres_exporter.top.fetch.local import UNSHOWN_COLLECTORS, LocalSource, check_socket
 from podres_exporter.top.fetch.parse import parse_exposition, samples_from_families
 from podres_exporter.top.fetch.prometheus import RATE_WINDOW, PrometheusSource
@@ -27,16 +33,20 @@ from podres_exporter.top.fetch.source import Source
 __all__ = [
     "BUSY_ONLY",
     "HTTP_TIMEOUT_S",
+    "MAX_ANSWER_BYTES",
     "POLL_CHECK_S",
     "RATE_WINDOW",
     "UNSHOWN_COLLECTORS",
     "WANTED",
     "ExporterSource",
+    "HttpSettings",
     "LocalSource",
     "PrometheusSource",
     "Source",
     "check_socket",
     "metrics_url",
     "parse_exposition",
+    "read_password",
     "samples_from_families",
+    "shown_url",
 ]

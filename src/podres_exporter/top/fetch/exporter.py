@@ -10,8 +10,9 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Collection
+from math import isfinite
 
-from podres_exporter.top.fetch.http import HTTP_TIMEOUT_S, http_get, http_url
+from podres_exporter.top.fetch.http import HttpSettings, open_client
 from podres_exporter.top.fetch.parse import parse_exposition
 from podres_exporter.top.fetch.source import fetch_error
 from podres_exporter.top.rows import (
@@ -33,9 +34,8 @@ _CPU_STAMP_LINE = re.compile(
 )
 
 
-def metrics_url(url: str) -> str:
-    """``http://host:9842`` or ``host:9842`` or ``.../metrics`` -> the ``/metrics`` URL."""
-    parts = http_url(url, "--exporter")
+def metrics_url(parts: urllib.parse.SplitResult) -> str:
+    """``http://host:9842`` or ``.../metrics`` (split) -> the ``/metrics`` URL."""
     path = parts.path.rstrip("/")
     if not path.endswith("/metrics"):
         path += "/metrics"
@@ -46,21 +46,27 @@ class ExporterSource:
     """A running exporter's ``/metrics`` (``--exporter URL``)."""
 
     def __init__(
-        self, url: str, *, timeout_s: float = HTTP_TIMEOUT_S, clock: Callable[[], float] = time.time
+        self,
+        url: str,
+        *,
+        http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen: one shared default is safe
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.url = metrics_url(url)
-        self.origin = urllib.parse.urlsplit(self.url).netloc
+        parts, self._client = open_client(url, "--exporter", http)
+        self.url = metrics_url(parts)  # no credentials: they are the client's
+        self.origin = parts.netloc
         self.description = f"exporter {self.url}"
-        self._timeout = timeout_s
+        self._what = f"the exporter at {self.url} (--exporter)"
         self._clock = clock
 
     def read(self, wanted: Collection[str] = WANTED) -> Reading:
         """The samples top reads (``wanted``: these only); FetchError when there are none."""
-        what = f"the exporter at {self.url} (--exporter)"
-        body = http_get(self.url, what, self._timeout)
+        what = self._what
+        body = self._client.get(self.url, what)
         at = self._clock()
         try:
-            samples = tuple(parse_exposition(body.decode(), wanted))
+            # NaN and ±Inf are no figure to show: such a sample is left out, as if unserved.
+            samples = tuple(s for s in parse_exposition(body.decode(), wanted) if isfinite(s.value))
         except (ValueError, UnicodeDecodeError) as err:
             raise fetch_error(f"{what} served no Prometheus text: {err}", exit_code=1) from err
         if wanted is WANTED and not any(s.name.startswith("podres_") for s in samples):
@@ -71,7 +77,7 @@ class ExporterSource:
 
     def cpu_stamp(self) -> float | None:
         """When the exporter last read CPU times, from one GET (its body is not parsed)."""
-        body = http_get(self.url, f"the exporter at {self.url} (--exporter)", self._timeout)
+        body = self._client.get(self.url, self._what)
         m = _CPU_STAMP_LINE.search(body)
         try:
             return float(m.group(1)) if m else None

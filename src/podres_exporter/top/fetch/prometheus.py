@@ -7,6 +7,7 @@ counter as ``rate()``. Every node Prometheus scrapes, or the one ``--node`` name
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from podres_exporter.top.fetch.http import HTTP_TIMEOUT_S, http_get, http_url
+from podres_exporter.top.fetch.http import HttpSettings, open_client
 from podres_exporter.top.fetch.source import fetch_error
 from podres_exporter.top.rows import (
     BUSY_COUNTER,
@@ -29,6 +30,26 @@ from podres_exporter.top.rows import (
 RATE_WINDOW = "2m"
 
 
+def vector(data: dict[str, Any]) -> list[tuple[dict[str, str], float]]:
+    """The label sets and values of an instant query's answer (``data.result``: a list of
+    ``{"metric": {...}, "value": [time, "text"]}``); TypeError, ValueError, KeyError or
+    IndexError when it has another shape."""
+    found = data.get("data", {})
+    result = found.get("result", []) if isinstance(found, dict) else None
+    if not isinstance(result, list):
+        raise TypeError("data.result is not a list")
+    out: list[tuple[dict[str, str], float]] = []
+    for item in result:
+        metric, value = item.get("metric", {}), item["value"][1]
+        if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+            raise TypeError("a result's metric is no set of labels")
+        if not isinstance(value, str):
+            raise TypeError(f"a result's value is {type(value).__name__}, not a string")
+        labels = {k: v for k, v in metric.items() if k != "__name__"}
+        out.append((labels, float(value)))
+    return out
+
+
 class PrometheusSource:
     """Every node a Prometheus server scrapes (``--prometheus URL [--node NAME]``).
 
@@ -41,10 +62,10 @@ class PrometheusSource:
         url: str,
         *,
         node: str = "",
-        timeout_s: float = HTTP_TIMEOUT_S,
+        http: HttpSettings = HttpSettings(),  # noqa: B008 - frozen: one shared default is safe
         clock: Callable[[], float] = time.time,
     ) -> None:
-        parts = http_url(url, "--prometheus")
+        parts, self._client = open_client(url, "--prometheus", http)
         path = parts.path.rstrip("/")
         for suffix in ("/api/v1/query", "/graph"):
             path = path.removesuffix(suffix)
@@ -52,23 +73,29 @@ class PrometheusSource:
         self.node = node
         self.origin = parts.netloc
         self.description = f"prometheus {self.base}" + (f" node {node}" if node else "")
-        self._timeout = timeout_s
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="podres-top-query")
 
-    def _query(self, promql: str, at: float) -> list[dict[str, Any]]:
+    def _query(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
         q = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
         what = f"Prometheus at {self.base} (--prometheus)"
-        body = http_get(f"{self.base}/api/v1/query?{q}", what, self._timeout)
+        body = self._client.get(f"{self.base}/api/v1/query?{q}", what)
         try:
             data = json.loads(body)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:  # RecursionError: nested too deep
             raise fetch_error(f"{what} answered no JSON to {promql!r}", exit_code=1) from err
+        if not isinstance(data, dict):
+            raise fetch_error(f"{what} answered no query result to {promql!r}", exit_code=1)
         if data.get("status") != "success":
             error = str(data.get("error"))[:300]  # as much of an HTTP error's body
             raise fetch_error(f"{what} rejected {promql!r}: {error}", exit_code=1)
-        result = data.get("data", {}).get("result", [])
-        return result if isinstance(result, list) else []
+        try:
+            return vector(data)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:
+            raise fetch_error(
+                f"{what} answered {promql!r} with a result of another shape: {str(err)[:200]}",
+                exit_code=1,
+            ) from None
 
     def _wanted(self, labels: dict[str, str]) -> bool:
         if not self.node:
@@ -86,11 +113,10 @@ class PrometheusSource:
         samples: list[Sample] = []
         seen: set[str] = set()
         for name, result in results.items():
-            for item in result:
-                labels = {k: str(v) for k, v in item.get("metric", {}).items() if k != "__name__"}
+            for labels, value in result:
                 seen.add(labels.get("node") or labels.get("instance", ""))
-                if self._wanted(labels):
-                    samples.append(Sample(name, labels, float(item["value"][1])))
+                if self._wanted(labels) and math.isfinite(value):  # NaN, ±Inf: no figure
+                    samples.append(Sample(name, labels, value))
         if not seen:
             raise fetch_error(
                 f"Prometheus at {self.base} (--prometheus) has no podres metrics: "
