@@ -81,6 +81,24 @@ def test_snapshot_one_pod(make_sim: MakeSim) -> None:
     assert sim.request_count["/v1.PodResourcesLister/Get"] == 1
 
 
+def test_snapshot_takes_the_kubelet_answer_limits(make_sim: MakeSim) -> None:
+    """`podres snapshot --kubelet-max-pods N` reads N pods and counts the rest as an anomaly."""
+    sim = make_sim("demo")
+    proc = run(
+        "snapshot",
+        "--kubelet-socket",
+        str(sim.socket_path),
+        "--path.sysfs",
+        str(sim.sysfs_root),  # type: ignore[attr-defined]
+        "--kubelet-max-pods",
+        "2",
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert len(data["pods"]) == 2
+    assert data["node"]["anomalies"]["pods_over_limit"] == len(sim.node.pods) - 2
+
+
 def test_snapshot_without_socket_names_the_flag(tmp_path: Path) -> None:
     """No kubelet socket: exit 1 and a message naming --kubelet-socket."""
     proc = run("snapshot", "--kubelet-socket", str(tmp_path / "none.sock"), "--path.sysfs", "/sys")

@@ -27,6 +27,7 @@ from podres_exporter.daemon.options import Option, given, resolve
 from podres_exporter.daemon.values import duration, parse_text
 from podres_exporter.deviceplugin.main import add_plugin_parser
 from podres_exporter.exporter.settings import (
+    ANSWER_LIMITS,
     BY_FLAG,
     COLLECTOR_SWITCHES,
     CONFIG,
@@ -39,7 +40,8 @@ from podres_exporter.top.main import add_top_parser
 SNAPSHOT_OPTIONS: tuple[Option, ...] = (
     KUBELET_SOCKET, BY_FLAG["--kubelet-max-message-size"], BY_FLAG["--kubelet-timeout"],
     PATH_SYSFS, PATH_PROCFS, BY_FLAG["--path.pod-logs"], BY_FLAG["--path.container-logs"],
-    BY_FLAG["--source-timeout"], BY_FLAG["--gpu-resources"], LOG_LEVEL, LOG_FORMAT,
+    BY_FLAG["--source-timeout"], BY_FLAG["--gpu-resources"], *ANSWER_LIMITS, LOG_LEVEL,
+    LOG_FORMAT,
 )  # fmt: skip
 """The exporter's options that ``podres snapshot`` takes: the reading, not the serving."""
 

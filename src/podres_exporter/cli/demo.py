@@ -17,7 +17,7 @@ from pathlib import Path
 
 from podres_exporter.cli.export import Exporter
 from podres_exporter.core.errors import ConfigError, ScenarioError
-from podres_exporter.daemon import process
+from podres_exporter.daemon import logconf, process
 from podres_exporter.deviceplugin.main import (
     DevicePlugin,
     PluginSettings,
@@ -101,7 +101,7 @@ def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
             f"  snapshot: podres snapshot --kubelet-socket {sim.socket_path} --path.sysfs {sysfs}",
             "Ctrl-C to stop.",
         ]
-        print("\n".join(lines), flush=True)
+        logconf.say(sys.stdout, "\n".join(lines))
         try:
             reason = process.wait_for_signal()
         finally:
@@ -111,5 +111,5 @@ def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
             stop_ticking.set()
             ticker.join(5)
             sim.stop(remove_socket=True)
-    print(f"podres demo: stopped ({reason})", file=sys.stderr)
+    logconf.say(sys.stderr, f"podres demo: stopped ({reason})")
     return 0

@@ -32,7 +32,7 @@ import structlog
 
 from podres_exporter import __version__
 from podres_exporter.core.errors import ConfigError, PodresError
-from podres_exporter.daemon import process
+from podres_exporter.daemon import logconf, process
 from podres_exporter.daemon.flags import LOG_FORMAT, LOG_LEVEL, PATH_SYSFS, WEB_CONFIG_FILE
 from podres_exporter.daemon.options import Option, given, resolve
 from podres_exporter.daemon.values import format_duration, parse_listen_address, parse_path
@@ -365,10 +365,10 @@ def run_plugin(
         process.configure_logging(settings.log_level, settings.log_format)
         plugin = build_plugin(settings, config, gpu_backend=gpu_backend)
     except ConfigError as err:
-        sys.stderr.write(f"podres plugin: error: {err}\n")
+        logconf.say(sys.stderr, f"podres plugin: error: {err}")
         return 2
     except PodresError as err:
-        sys.stderr.write(f"podres plugin: error: {err}\n")
+        logconf.say(sys.stderr, f"podres plugin: error: {err}")
         return 1
     process.tune_gc()
     # Before start: a SIGTERM still cleans up, and a SIGHUP never ends the process.
