@@ -248,7 +248,11 @@ def test_at_the_cap_a_new_connection_closes_the_longest_idle_one(serve: Serve) -
     """max_connections open and idle (one kept alive after a request, two that sent
     nothing): a new connection is served, and the one idle longest is closed for it,
     so a client holding idle connections cannot lock out a probe."""
-    server = serve(limits=Limits(max_connections=3, head_timeout_s=30, idle_timeout_s=30))
+    server = serve(
+        limits=Limits(
+            max_connections=3, max_connections_per_address=3, head_timeout_s=30, idle_timeout_s=30
+        )
+    )
     held = [connect(server) for _ in range(3)]
     try:
         held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -270,7 +274,7 @@ def test_over_the_cap_of_busy_connections_a_new_one_gets_503_and_is_closed(
     """max_connections all busy answering: the next one is answered 503 at once and
     closed; once they finish, new connections are served again."""
     gate = threading.Event()
-    server = serve(site(gate=gate), limits=Limits(max_connections=3))
+    server = serve(site(gate=gate), limits=Limits(max_connections=3, max_connections_per_address=3))
     held = [connect(server) for _ in range(3)]
     try:
         for sock in held:
