@@ -39,8 +39,8 @@ class TlsProtocol(sslproto.SSLProtocol):
 
 
 async def first_byte(sock: socket.socket, timeout_s: float) -> bool:
-    """Whether ``sock`` becomes readable (a byte, its close or an error) within
-    ``timeout_s``; nothing is read."""
+    """Whether a byte comes on ``sock`` within ``timeout_s`` (not when the client closes
+    or resets it first, as a port scan does); nothing is read."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
     fd = sock.fileno()
@@ -57,7 +57,12 @@ async def first_byte(sock: socket.socket, timeout_s: float) -> bool:
         return False
     finally:
         loop.remove_reader(fd)
-    return True
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except (BlockingIOError, InterruptedError):
+        return True  # readable a moment ago: the TLS protocol will wait for it
+    except OSError:
+        return False
 
 
 async def stream(
