@@ -4,15 +4,20 @@ glibc's allocator keeps what a process frees for its next allocations: after a t
 connections have come and gone, their buffers are free inside the process but still
 count in its resident memory (and against its container's limit) until ``malloc_trim``
 returns the free pages. :class:`Trimmer` calls it on the loop a moment after a burst of
-closed connections, at most every :data:`TRIM_INTERVAL_S`. Where the C library has no
-``malloc_trim`` (musl, macOS) it does nothing: such allocators return memory by
-themselves, or not at all.
+closed connections, at most every :data:`TRIM_INTERVAL_S`, after a collection of the
+young generations: a closed connection leaves reference cycles (its task's exception and
+frames, the TLS protocol and its transports) that the daemons' collector, tuned for
+polls (``process.tune_gc``: young collections every 50,000 allocations), would otherwise
+free only much later, their buffers with them. Where the C library has no
+``malloc_trim`` (musl, macOS) only the collection is done: such allocators return memory
+by themselves, or not at all.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import time
 from collections.abc import Callable
 
@@ -58,16 +63,19 @@ class Trimmer:
     """Counts closed connections and trims after a burst of them (the loop's alone).
 
     ``schedule(delay, callback)`` runs ``callback`` after ``delay`` seconds (the loop's
-    ``call_later``); ``trim`` is :func:`malloc_trim`; ``clock`` is monotonic seconds."""
+    ``call_later``); ``trim`` is :func:`malloc_trim`, ``collect`` the collection of the
+    young generations; ``clock`` is monotonic seconds."""
 
     def __init__(
         self,
         schedule: Callable[[float, Callable[[], None]], object],
         trim: Callable[[], bool] = malloc_trim,
         clock: Callable[[], float] = time.monotonic,
+        collect: Callable[[], object] = lambda: gc.collect(1),
     ) -> None:
         self._schedule = schedule
         self._trim = trim
+        self._collect = collect
         self._clock = clock
         self._closed = 0
         self._pending = False
@@ -84,6 +92,7 @@ class Trimmer:
         self._pending = False
         self._closed = 0
         start = self._clock()
+        self._collect()
         if self._trim():
             self.trims += 1
             log.debug("http_memory_trimmed", duration_s=round(self._clock() - start, 4))
