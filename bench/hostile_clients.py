@@ -212,9 +212,11 @@ def wait_url(daemon: footprint.Daemon, find: Callable[[], str | None]) -> str:
     return found[-1]
 
 
-def ready(url: str) -> Callable[[], str | None]:
+def ready(url: str, path: str = "/readyz") -> Callable[[], str | None]:
+    """Whether ``url`` answers ``path`` with 200 (then the URL)."""
+
     def check() -> str | None:
-        return url if ask(url, "/readyz", "127.0.0.1").startswith("200") else None
+        return url if ask(url, path, "127.0.0.1").startswith("200") else None
 
     return check
 
@@ -275,7 +277,7 @@ def plugin(tmp: Path, tls: bool) -> Iterator[Target]:
 
     try:
         url = wait_url(proc, started)
-        wait_url(proc, ready(url))
+        wait_url(proc, ready(url, "/healthz"))  # not ready: no kubelet registers it
         yield Target(name, proc, url)
     finally:
         footprint.stop(proc)

@@ -5,7 +5,7 @@ server), is a head and a body given to :func:`send` on the connection's stream. 
 goes in slices of :data:`WRITE_SLICE`, each once the transport has handed the one before
 to the kernel, so a client that reads slowly or not at all holds at most a slice of our
 memory in the socket transport's buffer (asyncio copies there what the kernel does not
-take at once) and, under TLS, one more in the TLS protocol's output; a body given as
+take at once; under TLS, the slice encrypted); a body given as
 pieces (a large cached part and a small fresh one) is never joined whole. A reader that
 keeps up costs no copy: each slice goes from the body straight to the kernel.
 """
@@ -30,8 +30,7 @@ __all__ = [
 ]
 
 # A response body is written in slices of this size, each once the previous one is with
-# the kernel: a client that reads slowly holds at most about this much of our memory in
-# each buffer between us and the kernel (one plain, two under TLS).
+# the kernel: a client that reads slowly holds at most about this much of our memory.
 WRITE_SLICE = 64 * 1024
 # A closed connection's last bytes (and TLS close_notify) get this long, then are dropped.
 CLOSE_TIMEOUT_S = 2.0
@@ -98,8 +97,13 @@ async def send(
 def buffer_at_most_a_slice(transport: asyncio.WriteTransport) -> None:
     """``transport`` asks for more only once it has handed all it holds to the kernel:
     a writer's drain() waits while it holds a byte, so it never holds more than the
-    slice last written (asyncio's default lets 64 KiB pile up on top of each slice)."""
-    transport.set_write_buffer_limits(high=0)
+    slice last written (asyncio's default lets 64 KiB pile up on top of each slice).
+
+    asyncio's socket transport pauses its writer above the high-water mark, its TLS
+    transport at or above it (``asyncio/selector_events.py``, ``asyncio/sslproto.py``):
+    0 and 1 both mean "while a byte is held"."""
+    tls = transport.get_extra_info("ssl_object") is not None
+    transport.set_write_buffer_limits(high=1 if tls else 0, low=0)
 
 
 async def send_and_close(

@@ -7,9 +7,9 @@ buffer, ``max_size`` (256 KiB), when it is built, before the handshake; a port s
 client that connects and waits would cost that much each. When the first byte comes,
 the TLS protocol is built here as ``BaseSelectorEventLoop._make_ssl_transport``
 (``asyncio/selector_events.py``) builds it, from a subclass whose read buffer holds one
-TLS record (:data:`TLS_READ_BUFFER`), and whose socket transport hands encrypted bytes
-on only when its own buffer is empty (:func:`stream`), so that a client that does not
-read holds at most a slice of the answer in each of the two buffers.
+TLS record (:data:`TLS_READ_BUFFER`), whose writer waits until every encrypted byte is
+with the kernel (:class:`TlsProtocol`), so that a client that does not read holds at
+most one encrypted slice of the answer.
 """
 
 from __future__ import annotations
@@ -27,8 +27,15 @@ TLS_READ_BUFFER = 32 * 1024
 
 
 class TlsProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a read buffer of one record, not 256 KiB, and a socket
-    transport that asks for more encrypted bytes only once it has sent the last ones."""
+    """asyncio's TLS protocol with a read buffer of one record, not 256 KiB, whose writer
+    waits until the socket transport has handed every encrypted byte to the kernel.
+
+    asyncio's own counts only what is not yet encrypted or not yet handed to the socket
+    transport, and that transport takes a slice whenever its buffer is under its
+    high-water mark: a client that does not read held a slice in each, and more. Here
+    the socket transport asks for bytes only when its buffer is empty (high-water mark
+    0), and the writer's count includes that buffer, so a stalled connection holds one
+    encrypted slice."""
 
     max_size = TLS_READ_BUFFER
 
@@ -36,6 +43,11 @@ class TlsProtocol(sslproto.SSLProtocol):
         if isinstance(transport, asyncio.WriteTransport):
             transport.set_write_buffer_limits(high=0)
         super().connection_made(transport)
+
+    def _get_write_buffer_size(self) -> int:
+        raw = self._transport
+        held = raw.get_write_buffer_size() if isinstance(raw, asyncio.WriteTransport) else 0
+        return int(super()._get_write_buffer_size()) + held  # type: ignore[misc]
 
 
 async def first_byte(sock: socket.socket, timeout_s: float) -> bool:
