@@ -12,7 +12,6 @@ import ssl
 import time
 from asyncio import selector_events, sslproto
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from podres_exporter.daemon.web.send import WRITE_SLICE
 from podres_exporter.daemon.web.stream import TLS_READ_BUFFER, TlsProtocol
 from podres_exporter.daemon.web.trim import TRIM_AFTER_CLOSED, malloc_trim
 from tests.daemon.web.support import closed_by_server, read_response
-from tests.daemon.web.tlsutil import Issued, issue, make_ca
+from tests.daemon.web.tlsutil import issue, make_ca
 
 BODY = bytes(range(256)) * (16 * 1024)  # 4 MiB: far more than the kernel buffers take
 SITE = Site(
@@ -38,9 +37,11 @@ SLACK = 2048
 
 
 @pytest.fixture(scope="module")
-def server_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Issued, Path]:
-    ca = make_ca()
-    return issue(ca, "server"), tmp_path_factory.mktemp("pki")
+def server_tls(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
+    """A server context with a certificate of a test CA."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(*issue(make_ca(), "server").write(tmp_path_factory.mktemp("pki"), "s"))
+    return ctx
 
 
 @pytest.fixture
@@ -94,14 +95,11 @@ def wait_until(ok: Callable[[], bool], within_s: float = 10) -> bool:
 
 
 def test_a_tls_connection_that_has_sent_nothing_has_no_tls_state(
-    serve: Callable[..., WebServer], server_cert: tuple[Issued, Path]
+    serve: Callable[..., WebServer], server_tls: ssl.SSLContext
 ) -> None:
     """20 connections to a TLS port that send nothing: no TLS protocol (and its read
     buffer) exists for them; the first byte of a handshake makes one."""
-    cert, directory = server_cert
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(*cert.write(directory, "server"))
-    server = serve(tls)
+    server = serve(server_tls)
     silent = [connect(server) for _ in range(20)]
     try:
         assert wait_until(lambda: server.open_connections == 20)
@@ -154,16 +152,12 @@ def buffered(kind: str) -> list[int]:
 
 @pytest.mark.parametrize("kind", ["plain", "tls"])
 def test_a_client_that_does_not_read_holds_at_most_a_slice_per_buffer(
-    serve: Callable[..., WebServer], server_cert: tuple[Issued, Path], kind: str
+    serve: Callable[..., WebServer], server_tls: ssl.SSLContext, kind: str
 ) -> None:
     """Five clients ask for a 4 MiB body and read nothing: once the kernel takes no
     more, each holds at most one write slice in the socket transport and, under TLS,
     nothing more in the TLS protocol's output."""
-    cert, directory = server_cert
-    tls = None
-    if kind == "tls":
-        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        tls.load_cert_chain(*cert.write(directory, "server"))
+    tls = server_tls if kind == "tls" else None
     server = serve(tls)
     clients = []
     try:
@@ -184,14 +178,11 @@ def test_a_client_that_does_not_read_holds_at_most_a_slice_per_buffer(
 
 
 def test_a_large_answer_over_tls_arrives_whole_and_in_order(
-    serve: Callable[..., WebServer], server_cert: tuple[Issued, Path]
+    serve: Callable[..., WebServer], server_tls: ssl.SSLContext
 ) -> None:
     """The 4 MiB body over TLS, read slowly at first and then at once, twice on one
     kept-alive connection: every byte, in order."""
-    cert, directory = server_cert
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(*cert.write(directory, "server"))
-    server = serve(tls)
+    server = serve(server_tls)
     with unverified().wrap_socket(connect(server, rcvbuf=4096)) as sock:
         for _ in range(2):
             sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")

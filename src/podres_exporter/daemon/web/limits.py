@@ -37,9 +37,8 @@ log = structlog.get_logger(__name__)
 _FD_RESERVE = 256
 # The most one open connection holds of our memory, whatever its client does (TLS, its
 # handshake done, a large answer it does not read: the worst case), measured and rounded
-# up (docs/security.md, "Memory"): the TLS read buffer (32 KiB), one write slice in the
-# socket transport and one in the TLS output buffer (64 KiB each), the TLS session and
-# the stream objects.
+# up (docs/security.md, "Memory"): the TLS read buffer (32 KiB), one encrypted write
+# slice (64 KiB), the TLS session and the stream objects.
 CONNECTION_BYTES = 192 * 1024
 # A cgroup memory limit at or above this is no limit (cgroup v1 writes "unlimited" as a
 # page-rounded 2**63 - 1).
