@@ -140,19 +140,26 @@ async def close(writer: asyncio.StreamWriter) -> None:
         drop(writer.transport)
 
 
-def drop(transport: asyncio.WriteTransport) -> None:
+def drop(transport: asyncio.WriteTransport, reader: asyncio.StreamReader | None = None) -> None:
     """Close ``transport`` at once. One that has closed already is left as it is: Python
     3.11's socket transport, once closed after flushing its buffer, has let go of its
     loop, and its abort() fails on that.
 
-    Then the reference cycle of Python's socket transport is broken: it keeps a bound
-    method of itself (``_read_ready_cb``, called only while it reads, which a closed
-    transport never does again) for as long as it lives. Left alone, every connection
-    leaves half a dozen objects that only the garbage collector frees; a stream of new
-    connections fills its young generation with them, and the collection that frees
-    thousands at once stops the loop for tens of milliseconds."""
+    Then the reference cycles of Python's streams are broken, so that the connection's
+    memory (its TLS protocol and buffers included) is freed when it closes, not at the
+    next full collection. The socket transport keeps a bound method of itself
+    (``_read_ready_cb``, called only while it reads, which a closed transport never does
+    again) for as long as it lives; and the exception that ended a stream (``reader``
+    keeps it, and raises that very object again from drain() and read()) holds,
+    in its traceback, the frames that hold the stream. Left alone, every connection
+    leaves objects that only the garbage collector frees; a stream of new connections
+    fills its young generation with them, and the collection that frees thousands at
+    once stops the loop for tens of milliseconds."""
     with contextlib.suppress(AttributeError):
         transport.abort()
     state = getattr(transport, "__dict__", {})
     if state.get("_read_ready_cb") is not None:
         state["_read_ready_cb"] = None
+    err = reader.exception() if reader is not None else None
+    if err is not None:
+        err.__traceback__ = None

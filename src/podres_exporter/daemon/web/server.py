@@ -304,6 +304,7 @@ class WebServer:
     async def _connection(self, conn: Connection | None, sock: socket.socket) -> None:
         """Serve ``conn`` until it closes; ``None``: answer 503 (the server is full) and
         close."""
+        reader: asyncio.StreamReader | None = None
         writer: asyncio.StreamWriter | None = None
         try:
             assert self._answers is not None
@@ -328,7 +329,7 @@ class WebServer:
             if conn is not None:
                 self._connections.remove(conn)
             if writer is not None:
-                sending.drop(writer.transport)
+                sending.drop(writer.transport, reader)
             else:
                 sock.close()  # a no-op when a failed handshake's transport closed it
             if self._trimmer is not None:
