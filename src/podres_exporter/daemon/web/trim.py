@@ -4,14 +4,14 @@ glibc's allocator keeps what a process frees for its next allocations: after a t
 connections have come and gone, their buffers are free inside the process but still
 count in its resident memory (and against its container's limit) until ``malloc_trim``
 returns the free pages. :class:`Trimmer` calls it on the loop a moment after a burst of
-closed connections, at most every :data:`TRIM_INTERVAL_S`, after a full collection: a
-closed connection can leave reference cycles (asyncio keeps the exception that ended a
-stream, whose traceback holds the frames that hold the stream; a cancelled wait keeps
-its CancelledError the same way) with its TLS protocol and buffers in them, and the
-daemons' collector, tuned for polls (``process.tune_gc``: young collections every
-50,000 allocations, full ones far rarer), would free them much later. Where the C
-library has no ``malloc_trim`` (musl, macOS) only the collection is done: such
-allocators return memory by themselves, or not at all.
+closed connections, at most every :data:`TRIM_INTERVAL_S`, after a collection of the
+young generations: what a closed connection leaves in reference cycles (asyncio keeps
+the CancelledError of a cancelled wait with the frames that hold it; the server breaks
+the larger cycle of a stream's exception itself, in ``send.drop``) would otherwise wait
+for the daemons' collector, tuned for polls (``process.tune_gc``: young collections
+every 50,000 allocations). Where the C library has no ``malloc_trim`` (musl, macOS)
+only the collection is done: such allocators return memory by themselves, or not at
+all.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ log = structlog.get_logger(__name__)
 # Connections closed since the last trim that make it worth one (a scrape closes a few a
 # minute; a burst of clients closes hundreds).
 TRIM_AFTER_CLOSED = 64
-# At most one trim (and full collection: some tens of milliseconds on the loop in a
-# daemon holding a large node's data) this often; the first waits this long after the
-# burst began, so that a burst still closing is trimmed once.
+# At most one trim (a few tens of milliseconds on the loop) this often; the first waits
+# this long after the burst began, so that a burst still closing is trimmed once.
 TRIM_INTERVAL_S = 2.0
 
 
@@ -65,15 +64,15 @@ class Trimmer:
     """Counts closed connections and trims after a burst of them (the loop's alone).
 
     ``schedule(delay, callback)`` runs ``callback`` after ``delay`` seconds (the loop's
-    ``call_later``); ``trim`` is :func:`malloc_trim`, ``collect`` the full collection;
-    ``clock`` is monotonic seconds."""
+    ``call_later``); ``trim`` is :func:`malloc_trim`, ``collect`` the collection of the
+    young generations; ``clock`` is monotonic seconds."""
 
     def __init__(
         self,
         schedule: Callable[[float, Callable[[], None]], object],
         trim: Callable[[], bool] = malloc_trim,
         clock: Callable[[], float] = time.monotonic,
-        collect: Callable[[], object] = gc.collect,
+        collect: Callable[[], object] = lambda: gc.collect(1),
     ) -> None:
         self._schedule = schedule
         self._trim = trim
