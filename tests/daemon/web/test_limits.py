@@ -20,7 +20,15 @@ import pytest
 import structlog
 
 from podres_exporter.daemon.web import Index, Limits, Site, WebServer, connection_cap
+from podres_exporter.daemon.web.limits import (
+    CONNECTION_BYTES,
+    Connection,
+    Connections,
+    memory_cap,
+    memory_limit,
+)
 from podres_exporter.daemon.web.send import drop
+from podres_exporter.daemon.web.trim import TRIM_AFTER_CLOSED, TRIM_INTERVAL_S, Trimmer
 from tests.daemon.web.support import closed_by_server, connect, read_response
 
 # A small test's limits: deadlines short enough to watch them pass.
@@ -248,7 +256,11 @@ def test_at_the_cap_a_new_connection_closes_the_longest_idle_one(serve: Serve) -
     """max_connections open and idle (one kept alive after a request, two that sent
     nothing): a new connection is served, and the one idle longest is closed for it,
     so a client holding idle connections cannot lock out a probe."""
-    server = serve(limits=Limits(max_connections=3, head_timeout_s=30, idle_timeout_s=30))
+    server = serve(
+        limits=Limits(
+            max_connections=3, max_connections_per_address=3, head_timeout_s=30, idle_timeout_s=30
+        )
+    )
     held = [connect(server) for _ in range(3)]
     try:
         held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -270,7 +282,7 @@ def test_over_the_cap_of_busy_connections_a_new_one_gets_503_and_is_closed(
     """max_connections all busy answering: the next one is answered 503 at once and
     closed; once they finish, new connections are served again."""
     gate = threading.Event()
-    server = serve(site(gate=gate), limits=Limits(max_connections=3))
+    server = serve(site(gate=gate), limits=Limits(max_connections=3, max_connections_per_address=3))
     held = [connect(server) for _ in range(3)]
     try:
         for sock in held:
@@ -729,3 +741,111 @@ def test_a_server_starts_once_and_not_after_stop() -> None:
     stopped.stop()
     with pytest.raises(RuntimeError, match="not after stop"):
         stopped.start()
+
+
+def cgroup_tree(tmp_path: Path, self_cgroup: str, files: dict[str, str]) -> tuple[Path, Path]:
+    """A /proc/self/cgroup and a /sys/fs/cgroup tree with ``files`` under it."""
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text(self_cgroup)
+    for name, value in files.items():
+        (cgroup / name).parent.mkdir(parents=True, exist_ok=True)
+        (cgroup / name).write_text(value)
+    return proc, cgroup
+
+
+@pytest.mark.parametrize(
+    ("self_cgroup", "files", "expected"),
+    [
+        ("0::/\n", {"memory.max": "671088640\n"}, 671088640),  # v2, in a container
+        ("0::/kubepods/pod1/c1\n", {"kubepods/pod1/c1/memory.max": "134217728\n"}, 134217728),
+        ("0::/\n", {"memory.max": "max\n"}, None),
+        (
+            "4:memory:/docker/abc\n0::/\n",
+            {"memory/docker/abc/memory.limit_in_bytes": "1048576"},
+            1048576,
+        ),
+        (
+            "4:memory:/\n",
+            {"memory/memory.limit_in_bytes": "9223372036854771712"},
+            None,
+        ),  # v1 unlimited
+        ("0::/\n", {}, None),  # no controller mounted
+    ],
+)
+def test_the_memory_limit_is_read_from_the_process_cgroup(
+    tmp_path: Path, self_cgroup: str, files: dict[str, str], expected: int | None
+) -> None:
+    """cgroup v2's memory.max of the process's own cgroup, v1's memory.limit_in_bytes as
+    the fallback; "max", v1's unlimited and a missing file are no limit."""
+    proc, cgroup = cgroup_tree(tmp_path, self_cgroup, files)
+    assert memory_limit(proc, cgroup) == expected
+
+
+def test_the_connection_cap_is_what_half_the_memory_limit_holds() -> None:
+    """640 MiB: half of it at CONNECTION_BYTES each; 128 MiB likewise; no limit: the
+    wanted cap; a tiny limit: still a few connections."""
+    assert memory_cap(4096, 640 * 2**20, 0.5) == 320 * 2**20 // CONNECTION_BYTES
+    assert memory_cap(4096, 128 * 2**20, 0.5) == 64 * 2**20 // CONNECTION_BYTES
+    assert memory_cap(4096, None, 0.5) == 4096
+    assert memory_cap(4096, 2**20, 0.5) == 16
+    assert memory_cap(100, 2**40, 0.5) == 100
+
+
+def test_connections_of_one_address_give_way_to_its_newcomer() -> None:
+    """At the per-address cap, a newcomer of that address closes its longest idle
+    connection, then its longest waiting one; other addresses are untouched; with none
+    of its own to close, it is refused."""
+    loop = asyncio.new_event_loop()
+    try:
+        conns = Connections(cap=10, per_address=2)
+
+        def opened(address: str) -> Connection:
+            conn = Connection(task=loop.create_task(asyncio.sleep(10)), address=address)
+            conns.add(conn)
+            return conn
+
+        a1, b1, a2 = opened("a"), opened("b"), opened("a")
+        conns.busy(a1)
+        conns.waiting(a1, True)  # its answer waits for its client
+        assert conns.room("a")  # a2, idle, gives way
+        assert a2.task is not None and a2.task.cancelling()
+        assert conns.open == {a1, b1}
+        a3 = opened("a")
+        conns.busy(a3)  # busy, not waiting
+        assert conns.room("a")  # a1, waiting, gives way
+        assert conns.open == {b1, a3}
+        a4 = opened("a")
+        conns.busy(a4)
+        assert not conns.room("a")  # a3 and a4 busy answering
+        assert conns.room("b")
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
+
+def test_a_burst_of_closed_connections_is_trimmed_once() -> None:
+    """Fewer than TRIM_AFTER_CLOSED closes: no trim; a burst: one trim, TRIM_INTERVAL_S
+    later, however many more close meanwhile, after a collection of the cycles they left."""
+    scheduled: list[tuple[float, Callable[[], None]]] = []
+    trims: list[int] = []
+
+    def trim() -> bool:
+        trims.append(1)
+        return True
+
+    trimmer = Trimmer(
+        lambda delay, run: scheduled.append((delay, run)),
+        trim=trim,
+        collect=lambda: trims.append(0),
+    )
+    for _ in range(TRIM_AFTER_CLOSED - 1):
+        trimmer.closed()
+    assert scheduled == []
+    for _ in range(3 * TRIM_AFTER_CLOSED):
+        trimmer.closed()
+    assert [delay for delay, _ in scheduled] == [TRIM_INTERVAL_S]
+    scheduled[0][1]()
+    assert trims == [0, 1] and trimmer.trims == 1

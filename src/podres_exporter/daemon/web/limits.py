@@ -1,5 +1,6 @@
 """What one client may hold of the server, and for how long: :class:`Limits`, the
-connection cap fitted under the open-file limit, and the open connections it counts.
+connection cap fitted under the open-file limit and the container's memory limit, and
+the open connections it counts, per address too.
 
 The deadlines themselves (the head's, the idle wait's, the write's, the TLS
 handshake's) are kept by the connection's task in :mod:`podres_exporter.daemon.web.server`;
@@ -10,12 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import resource
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import structlog
 
-__all__ = ["Connection", "Connections", "Limits", "connection_cap", "fit_open_file_limit"]
+__all__ = [
+    "CONNECTION_BYTES",
+    "Connection",
+    "Connections",
+    "Limits",
+    "connection_cap",
+    "fit_memory_limit",
+    "fit_open_file_limit",
+    "memory_cap",
+    "memory_limit",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -23,6 +35,18 @@ log = structlog.get_logger(__name__)
 # gRPC channel, sysfs and procfs reads, the device plugin's sockets) when the connection
 # cap is fitted under the open-file limit.
 _FD_RESERVE = 256
+# The most one open connection holds of our memory, whatever its client does (TLS, its
+# handshake done, a large answer it does not read: the worst case), measured and rounded
+# up (docs/security.md, "Memory"): the TLS read buffer (32 KiB), one encrypted write
+# slice (64 KiB), the TLS session and the stream objects, about 130 KB for one; about
+# 205 KB each while thousands are replaced by newcomers, before what the replaced ones
+# left is collected.
+CONNECTION_BYTES = 256 * 1024
+# A cgroup memory limit at or above this is no limit (cgroup v1 writes "unlimited" as a
+# page-rounded 2**63 - 1).
+_NO_LIMIT = 2**62
+# Never fewer connections than this, however small the memory limit.
+_MIN_CONNECTIONS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +55,20 @@ class Limits:
 
     ``max_connections`` (4096): connections open at once. When they are all open, a
     new one takes the place of the connection that has waited longest without a
-    request in flight (for its head, or idle between requests), which is closed; only
-    when every connection is busy answering is the new one answered ``503`` and
-    closed. So a client holding idle connections cannot lock out the kubelet's probes
-    or a scrape. Room for a Prometheus pair, the probes and a thousand or so idle or
-    slow clients, at a few kilobytes each. Lowered (one log event) when the process's
-    open-file limit cannot hold it.
+    request in flight (for its head, or idle between requests), which is closed, or
+    failing that of the one whose answer has waited longest for its client to read
+    it; only when every connection is busy answering is the new one answered ``503``
+    and closed. So a client holding idle connections or not reading its answers cannot
+    lock out the kubelet's probes or a scrape. Lowered (one log event each) when the
+    process's open-file limit cannot hold it, and to what ``memory_share`` of the
+    container's memory limit holds at :data:`CONNECTION_BYTES` each.
+    ``max_connections_per_address`` (0: half the cap): connections one client address
+    may hold; a newcomer from an address at its cap takes the place of that address's
+    longest idle (or longest waiting) connection, by the same rule.
+    ``memory_share`` (0.5): the share of the container's memory limit (cgroup
+    ``memory.max``) that open connections may take at most; the rest is the daemon's.
+    A connection that has sent nothing holds a socket and a few kilobytes (no TLS state
+    until its first byte).
     ``backlog`` (1024): the listen queue; the kernel caps it at ``net.core.somaxconn``.
     ``head_timeout_s`` (10 s): a request head must be complete this long after the
     connection was accepted (after the TLS handshake), or after its first byte on a
@@ -63,6 +95,8 @@ class Limits:
     """
 
     max_connections: int = 4096
+    max_connections_per_address: int = 0
+    memory_share: float = 0.5
     backlog: int = 1024
     head_timeout_s: float = 10.0
     idle_timeout_s: float = 75.0
@@ -77,8 +111,12 @@ class Limits:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if getattr(self, f.name) <= 0:
+            if getattr(self, f.name) <= 0 and f.name != "max_connections_per_address":
                 raise ValueError(f"Limits.{f.name} must be positive, not {getattr(self, f.name)}")
+        if self.max_connections_per_address < 0:
+            raise ValueError("Limits.max_connections_per_address must be 0 or more")
+        if self.memory_share > 1:
+            raise ValueError("Limits.memory_share must be at most 1")
 
 
 def connection_cap(wanted: int, soft: int, hard: int) -> tuple[int, int]:
@@ -120,30 +158,95 @@ def fit_open_file_limit(wanted: int) -> int:
     return cap
 
 
+def memory_limit(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The memory limit of this process's cgroup in bytes, None when there is none (or it
+    cannot be read): cgroup v2's ``memory.max``, else v1's ``memory.limit_in_bytes``.
+
+    The cgroup's path comes from ``/proc/self/cgroup``; in a container (its own cgroup
+    namespace) that is ``/``, and the files are at the root of ``/sys/fs/cgroup``."""
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    candidates: list[Path] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:  # noqa: PLR2004 - "id:controllers:path"
+            continue
+        _, controllers, path = parts
+        rel = path.lstrip("/")
+        if controllers == "":  # v2: "0::/path"
+            candidates += [cgroup / rel / "memory.max", cgroup / "memory.max"]
+        elif "memory" in controllers.split(","):  # v1: "N:memory:/path"
+            v1 = cgroup / "memory"
+            candidates += [v1 / rel / "memory.limit_in_bytes", v1 / "memory.limit_in_bytes"]
+    for candidate in candidates:
+        try:
+            value = candidate.read_text().strip()
+        except OSError:
+            continue
+        if value == "max" or not value.isdigit() or int(value) >= _NO_LIMIT:
+            return None
+        return int(value)
+    return None
+
+
+def memory_cap(wanted: int, limit: int | None, share: float) -> int:
+    """The connection cap that ``share`` of a memory limit of ``limit`` bytes holds at
+    :data:`CONNECTION_BYTES` each (at least a few), never above ``wanted``; ``wanted``
+    when there is no limit."""
+    if limit is None:
+        return wanted
+    return min(wanted, max(_MIN_CONNECTIONS, int(limit * share) // CONNECTION_BYTES))
+
+
+def fit_memory_limit(wanted: int, share: float, limit: int | None = None) -> int:
+    """The connection cap under this process's memory limit (:func:`memory_limit`, or
+    ``limit``); one log event when that lowers it."""
+    limit = memory_limit() if limit is None else limit
+    cap = memory_cap(wanted, limit, share)
+    if cap < wanted:
+        log.info(
+            "http_connection_cap_fitted_to_memory",
+            max_connections=cap,
+            wanted=wanted,
+            memory_limit=limit,
+            bytes_per_connection=CONNECTION_BYTES,
+        )
+    return cap
+
+
 @dataclass(eq=False, slots=True)
 class Connection:
-    """One open connection: its task, and whether a request of it is in flight (stop
-    lets it finish, and the cap never closes it for a newcomer)."""
+    """One open connection: its task, its client's address, and whether a request of it
+    is in flight (stop lets it finish, and the cap closes it for a newcomer only while
+    its answer waits for the client to read)."""
 
     task: asyncio.Task[None] | None = None
+    address: str = ""
     busy: bool = False
 
 
 class Connections:
-    """The open connections under the cap, the idle ones (no request in flight) in the
-    order they became idle: the longest idle is the one closed for a newcomer. The
-    loop's alone."""
+    """The open connections under the cap and the per-address cap; the idle ones (no
+    request in flight) in the order they became idle, and the busy ones whose answer
+    waits for its client to read in the order they began to wait: the longest idle,
+    then the longest waiting, is the one closed for a newcomer. The loop's alone."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, per_address: int = 0) -> None:
         self.cap = cap
+        self.per_address = per_address or max(1, cap // 2)
         self.open: set[Connection] = set()
         self._idle: OrderedDict[Connection, None] = OrderedDict()
+        self._waiting: OrderedDict[Connection, None] = OrderedDict()
+        self._addresses: Counter[str] = Counter()
         self._full = False
 
-    def room(self) -> bool:
-        """Whether a new connection may open: under the cap, or once the longest idle one
-        is closed for it; False when every open connection is busy answering. One log
-        event when the cap is reached, one when there is room again."""
+    def room(self, address: str = "") -> bool:
+        """Whether a new connection from ``address`` may open: under both caps, or once
+        a connection is closed for it (of its own address when that is at its cap);
+        False when every candidate is busy answering. One log event when the cap is
+        reached, one when there is room again."""
         at_cap = len(self.open) >= self.cap
         if at_cap != self._full:
             self._full = at_cap
@@ -151,21 +254,30 @@ class Connections:
                 log.warning("http_connections_full", max_connections=self.cap)
             else:
                 log.info("http_connections_available", max_connections=self.cap)
-        if not at_cap:
-            return True
-        while self._idle:
-            conn, _ = self._idle.popitem(last=False)
-            if conn.task is None or conn.task.done():
-                continue
-            self.open.discard(conn)
-            conn.task.cancel()  # its task drops the connection
-            log.debug("http_idle_connection_closed_for_new_one")
-            return True
+        if self._addresses[address] >= self.per_address:
+            return self._close_one(address)
+        return not at_cap or self._close_one(None)
+
+    def _close_one(self, address: str | None) -> bool:
+        """Close the longest idle, else the longest waiting, connection (of ``address``
+        when given); whether one was."""
+        for queue in (self._idle, self._waiting):
+            for conn in list(queue):
+                if conn.task is None or conn.task.done():
+                    del queue[conn]
+                    continue
+                if address is not None and conn.address != address:
+                    continue
+                self.remove(conn)
+                conn.task.cancel()  # its task drops the connection
+                log.debug("http_connection_closed_for_new_one", address=conn.address)
+                return True
         return False
 
     def add(self, conn: Connection) -> None:
         """``conn`` is open, idle until its first request is read."""
         self.open.add(conn)
+        self._addresses[conn.address] += 1
         self._idle[conn] = None
 
     def busy(self, conn: Connection) -> None:
@@ -173,13 +285,26 @@ class Connections:
         conn.busy = True
         self._idle.pop(conn, None)
 
+    def waiting(self, conn: Connection, waits: bool) -> None:
+        """The answer of ``conn`` waits (``waits``) for its client to read, or goes on."""
+        if waits and conn in self.open:
+            self._waiting[conn] = None
+        else:
+            self._waiting.pop(conn, None)
+
     def idle(self, conn: Connection) -> None:
         """``conn`` waits for its next request, the most recently idle of all."""
         conn.busy = False
+        self._waiting.pop(conn, None)
         if conn in self.open:
             self._idle[conn] = None
 
     def remove(self, conn: Connection) -> None:
         """``conn`` is closed."""
-        self.open.discard(conn)
+        if conn in self.open:
+            self.open.discard(conn)
+            self._addresses[conn.address] -= 1
+            if not self._addresses[conn.address]:
+                del self._addresses[conn.address]
         self._idle.pop(conn, None)
+        self._waiting.pop(conn, None)

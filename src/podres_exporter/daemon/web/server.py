@@ -4,13 +4,17 @@ per connection that reads a request, answers it and waits for the next.
 The loop holds every connection; three small fixed thread pools run the synchronous
 parts (the :class:`~podres_exporter.daemon.web.site.Site` callables; the probes and the
 web-config provider; the bcrypt checks of basic auth, with a bounded queue: a remembered
-login never waits for them). A slow or idle client therefore costs a socket and a few
-kilobytes, never a thread, and every resource one client can hold is bounded by
-:class:`~podres_exporter.daemon.web.limits.Limits`. TLS, basic auth and extra response
-headers come from a :data:`~podres_exporter.daemon.web.config.WebConfigProvider`, asked at
-each connection (TLS) and each request (auth, headers).
+login never waits for them). A client that has sent nothing costs a socket and a few
+kilobytes (no TLS state before its first byte), a slow one at most a slice or two of its
+answer (:mod:`~podres_exporter.daemon.web.send`), never a thread; every resource one
+client can hold is bounded by :class:`~podres_exporter.daemon.web.limits.Limits`, and
+the memory a burst of clients freed is given back (:mod:`~podres_exporter.daemon.web.trim`).
+TLS, basic auth and extra response headers come from a
+:data:`~podres_exporter.daemon.web.config.WebConfigProvider`, asked at each connection
+(TLS) and each request (auth, headers).
 
-One connection's life: accepted (under the cap, or 503), its TLS handshake, then
+One connection's life: accepted (under the caps, or 503), its TLS handshake once its
+first byte has come (:mod:`~podres_exporter.daemon.web.stream`), then
 requests: the head under its deadline (from the accept, or from its first byte on a
 kept-alive connection), the answer (:mod:`~podres_exporter.daemon.web.respond`) written
 by :func:`~podres_exporter.daemon.web.send.send` under the write deadline, the idle wait
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import errno
 import socket
+import ssl
 import threading
 from http import HTTPStatus
 
@@ -40,9 +45,17 @@ from podres_exporter.daemon.web.http import (
     refusal,
     text,
 )
-from podres_exporter.daemon.web.limits import Connection, Connections, Limits, fit_open_file_limit
+from podres_exporter.daemon.web.limits import (
+    Connection,
+    Connections,
+    Limits,
+    fit_memory_limit,
+    fit_open_file_limit,
+)
 from podres_exporter.daemon.web.respond import Responder
 from podres_exporter.daemon.web.site import Site
+from podres_exporter.daemon.web.stream import first_byte, stream
+from podres_exporter.daemon.web.trim import Trimmer
 
 __all__ = ["WebServer", "display_url"]
 
@@ -128,8 +141,11 @@ class WebServer:
             raise
         self._socket = sock
         self.server_address: tuple[str, int] = sock.getsockname()[:2]
-        self.max_connections = fit_open_file_limit(limits.max_connections)
-        self._connections = Connections(self.max_connections)
+        self.max_connections = fit_open_file_limit(
+            fit_memory_limit(limits.max_connections, limits.memory_share)
+        )
+        self._connections = Connections(self.max_connections, limits.max_connections_per_address)
+        self._trimmer: Trimmer | None = None
         self._refusals: set[asyncio.Task[None]] = set()  # 503s of a full server in flight
         self._stopping = False
         self._accept_failing = False
@@ -218,6 +234,7 @@ class WebServer:
     async def _serve(self, ready_event: threading.Event) -> None:
         loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
+        self._trimmer = Trimmer(loop.call_later)
         accepting = loop.create_task(self._accept())
         stopping = loop.create_task(self._stop_requested.wait())
         ready_event.set()
@@ -256,7 +273,7 @@ class WebServer:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                sock, _ = await loop.sock_accept(self._socket)
+                sock, peer = await loop.sock_accept(self._socket)
             except OSError as err:
                 if err.errno in _CONNECTION_ERRNOS:
                     continue  # that one connection failed before it was accepted
@@ -272,8 +289,9 @@ class WebServer:
                 log.info("http_accept_recovered")
             with contextlib.suppress(OSError):  # a connection reset already
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # TCP, as it listens
-            if self._connections.room():
-                conn = Connection()
+            address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            if self._connections.room(address):
+                conn = Connection(address=address)
                 self._connections.add(conn)
                 conn.task = loop.create_task(self._connection(conn, sock))
             else:  # every connection busy answering: this one gets a 503
@@ -286,7 +304,7 @@ class WebServer:
     async def _connection(self, conn: Connection | None, sock: socket.socket) -> None:
         """Serve ``conn`` until it closes; ``None``: answer 503 (the server is full) and
         close."""
-        loop = asyncio.get_running_loop()
+        reader: asyncio.StreamReader | None = None
         writer: asyncio.StreamWriter | None = None
         try:
             assert self._answers is not None
@@ -294,25 +312,10 @@ class WebServer:
                 config = await self._answers.current_config()
             except Exception:  # noqa: BLE001 - logged by the Responder; close, unanswered
                 return
-            reader = asyncio.StreamReader(limit=self.limits.max_head_bytes, loop=loop)
-            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-            tls = config.tls if config is not None else None
-            try:
-                transport, _ = await loop.connect_accepted_socket(
-                    lambda: protocol,
-                    sock,
-                    ssl=tls,
-                    ssl_handshake_timeout=self.limits.tls_handshake_timeout_s if tls else None,
-                    ssl_shutdown_timeout=sending.CLOSE_TIMEOUT_S if tls else None,
-                )
-            except OSError as err:  # TLS errors, resets and the handshake's deadline
-                if tls is not None:
-                    log.debug("http_tls_handshake_failed", error=str(err) or type(err).__name__)
+            opened = await self._open(sock, config.tls if config is not None else None)
+            if opened is None:
                 return
-            # A slice waits for the one before only once it is mostly out (asyncio's
-            # default high-water mark, 64 KiB, would stop every slice for the client).
-            transport.set_write_buffer_limits(high=sending.WRITE_SLICE)
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            reader, writer = opened
             if conn is None:
                 full = text(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
                 await self._refuse(reader, writer, full, config)
@@ -326,9 +329,36 @@ class WebServer:
             if conn is not None:
                 self._connections.remove(conn)
             if writer is not None:
-                sending.drop(writer.transport)
+                sending.drop(writer.transport, reader)
             else:
                 sock.close()  # a no-op when a failed handshake's transport closed it
+            if self._trimmer is not None:
+                self._trimmer.closed()
+
+    async def _open(
+        self, sock: socket.socket, tls: ssl.SSLContext | None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """``sock`` as a stream; under TLS once its first byte has come and its handshake
+        is done, both within ``tls_handshake_timeout_s`` of now (None when not)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.tls_handshake_timeout_s
+        if tls is not None and not await first_byte(sock, self.limits.tls_handshake_timeout_s):
+            log.debug("http_tls_handshake_failed", error="no byte before the deadline")
+            return None
+        try:
+            reader, writer = await stream(
+                sock,
+                tls,
+                head_limit=self.limits.max_head_bytes,
+                handshake_timeout_s=max(0.1, deadline - loop.time()),
+                close_timeout_s=sending.CLOSE_TIMEOUT_S,
+            )
+        except OSError as err:  # TLS errors, resets and the handshake's deadline
+            if tls is not None:
+                log.debug("http_tls_handshake_failed", error=str(err) or type(err).__name__)
+            return None
+        sending.buffer_at_most_a_slice(writer.transport)
+        return reader, writer
 
     async def _requests(
         self,
@@ -395,7 +425,7 @@ class WebServer:
                 connection = "keep-alive" if request.version == "HTTP/1.0" else None
             head = head_bytes(response, connection=connection, extra=extra)
             body = b"" if request.method == "HEAD" else response.body
-            if not await self._send(writer, head, body, request.path):
+            if not await self._send(writer, head, body, request.path, conn):
                 return False
             if not keep_alive or self._stopping:
                 await sending.close(writer)
@@ -405,12 +435,22 @@ class WebServer:
             self._connections.idle(conn)
 
     async def _send(
-        self, writer: asyncio.StreamWriter, head: bytes, body: bytes | tuple[bytes, ...], path: str
+        self,
+        writer: asyncio.StreamWriter,
+        head: bytes,
+        body: bytes | tuple[bytes, ...],
+        path: str,
+        conn: Connection,
     ) -> bool:
-        """``head`` and ``body`` by the write deadline; whether they went."""
+        """``head`` and ``body`` by the write deadline; whether they went. While they
+        wait for the client to read, ``conn`` may be closed for a newcomer."""
+
+        def waiting(waits: bool) -> None:
+            self._connections.waiting(conn, waits)
+
         try:
             async with asyncio.timeout(self.limits.write_timeout_s):
-                await sending.send(writer, head, body)
+                await sending.send(writer, head, body, waiting)
         except TimeoutError:
             log.debug("http_write_timeout", timeout_s=self.limits.write_timeout_s)
             return False
