@@ -23,6 +23,12 @@ are there, and 5 s after they left; and, while they are there, a well-behaved sc
 (the attackers' own address, as the kubelet's probe on the node): status and seconds.
 N is 4,096 (``--quick``: 500). No figure is asserted: they are reported
 (docs/performance.md, "HTTP server"; docs/security.md, "Memory").
+
+Each daemon runs in a memory cgroup of its shipped pod's limit (the exporter 640Mi, the
+plugin 128Mi, as deploy/base sets them) where this machine lets the benchmark make one
+(root, the memory controller of cgroup v2 or v1), so it fits its caps to that limit as in
+its pod, and the kernel ends it if it goes past: the run then fails. Where no cgroup can
+be made, the daemons run without a limit, and the run says so.
 """
 
 from __future__ import annotations
@@ -53,6 +59,59 @@ WEB_CONFIG = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
 PLUGIN_CONFIG = '[[resource]]\nname = "example.com/uplink"\n[resource.discover]\n'
 PLUGIN_CONFIG += 'kind = "netdev"\npattern = "enp*"\n'
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+# The shipped pods' memory limits (deploy/base/*-daemonset.yaml).
+POD_LIMITS = {"exporter": 640 * MIB, "plugin": 128 * MIB}
+# Where a memory cgroup may be made, and the file of its limit: cgroup v2, then v1.
+_CGROUP_ROOTS = (
+    (Path("/sys/fs/cgroup"), "memory.max"),
+    (Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+)
+
+
+@contextlib.contextmanager
+def memory_cgroup(name: str, limit: int) -> Iterator[Path | None]:
+    """A new memory cgroup limited to ``limit`` bytes (its directory: write a pid to its
+    ``cgroup.procs``), removed after; None where none can be made."""
+    made: Path | None = None
+    for root, limit_file in _CGROUP_ROOTS:
+        where = root / f"podres-bench-{name}-{os.getpid()}"
+        try:
+            where.mkdir()
+        except OSError:
+            continue
+        try:
+            (where / limit_file).write_text(str(limit))
+        except OSError:
+            where.rmdir()
+            continue
+        made = where
+        break
+    try:
+        yield made
+    finally:
+        if made is not None:
+            for _ in range(50):  # its processes have ended, or end in a moment
+                try:
+                    made.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+def confine(daemon: footprint.Daemon, cgroup: Path | None) -> None:
+    """Move ``daemon`` into ``cgroup`` (before it reads its limit: it is still importing)."""
+    if cgroup is not None:
+        (cgroup / "cgroup.procs").write_text(str(daemon.proc.pid))
+        print(f"  {daemon.name}: in a memory cgroup of {limit_of(cgroup) // MIB} MiB", flush=True)
+    else:
+        print(f"  {daemon.name}: no memory cgroup could be made here: no limit", flush=True)
+
+
+def limit_of(cgroup: Path) -> int:
+    for _, limit_file in _CGROUP_ROOTS:
+        with contextlib.suppress(OSError, ValueError):
+            return int((cgroup / limit_file).read_text())
+    return 0
 
 
 @dataclass
@@ -223,6 +282,11 @@ def ready(url: str, path: str = "/readyz") -> Callable[[], str | None]:
 
 @contextlib.contextmanager
 def exporter(tmp: Path, tls: bool) -> Iterator[Target]:
+    with contextlib.ExitStack() as stack:
+        yield from _exporter(tmp, tls, stack)
+
+
+def _exporter(tmp: Path, tls: bool, stack: contextlib.ExitStack) -> Iterator[Target]:
     name = "exporter-tls" if tls else "exporter"
     sim = footprint.spawn(
         f"{name} simulator",
@@ -232,6 +296,7 @@ def exporter(tmp: Path, tls: bool) -> Iterator[Target]:
     port = footprint.free_port()
     (tmp / f"host-{name}").mkdir()
     extra = ["--web.config.file", str(tmp / "web.yml")] if tls else []
+    cgroup = stack.enter_context(memory_cgroup(name, POD_LIMITS["exporter"]))
     exp = footprint.spawn(
         name,
         [
@@ -240,6 +305,7 @@ def exporter(tmp: Path, tls: bool) -> Iterator[Target]:
         ],
         tmp,
     )  # fmt: skip
+    confine(exp, cgroup)
     try:
         url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
         wait_url(exp, ready(url))
@@ -251,7 +317,13 @@ def exporter(tmp: Path, tls: bool) -> Iterator[Target]:
 
 @contextlib.contextmanager
 def plugin(tmp: Path, tls: bool) -> Iterator[Target]:
+    with contextlib.ExitStack() as stack:
+        yield from _plugin(tmp, tls, stack)
+
+
+def _plugin(tmp: Path, tls: bool, stack: contextlib.ExitStack) -> Iterator[Target]:
     name = "plugin-tls" if tls else "plugin"
+    cgroup = stack.enter_context(memory_cgroup(name, POD_LIMITS["plugin"]))
     where = tmp / name
     (where / "dp").mkdir(parents=True)
     (where / "sys").mkdir()
@@ -266,6 +338,7 @@ def plugin(tmp: Path, tls: bool) -> Iterator[Target]:
         ],
         tmp,
     )  # fmt: skip
+    confine(proc, cgroup)
 
     def started() -> str | None:
         for line in proc.log.read_text(errors="replace").splitlines():

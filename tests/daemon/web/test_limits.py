@@ -24,8 +24,10 @@ from podres_exporter.daemon.web.limits import (
     CONNECTION_BYTES,
     Connection,
     Connections,
+    MemoryPressure,
     memory_cap,
     memory_limit,
+    resident_bytes,
 )
 from podres_exporter.daemon.web.send import drop
 from podres_exporter.daemon.web.trim import TRIM_AFTER_CLOSED, TRIM_INTERVAL_S, Trimmer
@@ -771,6 +773,14 @@ def cgroup_tree(tmp_path: Path, self_cgroup: str, files: dict[str, str]) -> tupl
             None,
         ),  # v1 unlimited
         ("0::/\n", {}, None),  # no controller mounted
+        (  # v1 without a cgroup namespace: the mount shows the container's subtree
+            "4:memory:/host/ctr/bench\n",
+            {
+                "memory/bench/memory.limit_in_bytes": "671088640",
+                "memory/memory.limit_in_bytes": "9223372036854771712",
+            },
+            671088640,
+        ),
     ],
 )
 def test_the_memory_limit_is_read_from_the_process_cgroup(
@@ -824,6 +834,55 @@ def test_connections_of_one_address_give_way_to_its_newcomer() -> None:
             task.cancel()
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
+
+
+def test_under_memory_pressure_a_newcomer_takes_an_open_connections_place() -> None:
+    """While the memory is high, what is open is the cap (never under 16): a newcomer
+    closes the longest idle connection instead of adding its own; when the memory is
+    normal again, connections are added up to the cap."""
+    loop = asyncio.new_event_loop()
+    high = [False]
+    try:
+        conns = Connections(cap=100, per_address=100, pressed=lambda: high[0])
+        first = []
+        for _ in range(16):
+            conn = Connection(task=loop.create_task(asyncio.sleep(10)), address="a")
+            conns.add(conn)
+            first.append(conn)
+        high[0] = True
+        assert conns.room("b")
+        assert first[0].task is not None and first[0].task.cancelling()
+        assert len(conns.open) == 15  # one closed for the newcomer
+        conns.add(Connection(task=loop.create_task(asyncio.sleep(10)), address="b"))
+        high[0] = False
+        assert conns.room("b") and len(conns.open) == 16  # room, nothing closed
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
+
+def test_memory_pressure_reads_the_resident_memory_against_the_limit() -> None:
+    """High at 85 % of the limit, read at most every quarter second; never without a
+    limit; and this process's resident memory is read as a positive number of bytes."""
+    rss = [0]
+    now = [0.0]
+    reads: list[int] = []
+
+    def read() -> int:
+        reads.append(rss[0])
+        return rss[0]
+
+    pressure = MemoryPressure(1000, rss=read, clock=lambda: now[0])
+    assert not pressure()
+    rss[0] = 850
+    assert not pressure()  # read a moment ago: not read again
+    now[0] = 0.3
+    assert pressure() and pressure()
+    assert len(reads) == 2
+    assert not MemoryPressure(None, rss=read)()
+    assert resident_bytes() > 1 << 20
 
 
 def test_a_burst_of_closed_connections_is_trimmed_once() -> None:

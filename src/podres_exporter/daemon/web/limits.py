@@ -10,8 +10,11 @@ the bounded head by :func:`podres_exporter.daemon.web.http.read_head`.
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
+import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -22,11 +25,13 @@ __all__ = [
     "Connection",
     "Connections",
     "Limits",
+    "MemoryPressure",
     "connection_cap",
     "fit_memory_limit",
     "fit_open_file_limit",
     "memory_cap",
     "memory_limit",
+    "resident_bytes",
 ]
 
 log = structlog.get_logger(__name__)
@@ -45,15 +50,21 @@ CONNECTION_BYTES = 256 * 1024
 # A cgroup memory limit at or above this is no limit (cgroup v1 writes "unlimited" as a
 # page-rounded 2**63 - 1).
 _NO_LIMIT = 2**62
-# Never fewer connections than this, however small the memory limit.
+# Never fewer connections than this, however small the memory limit or high the memory.
 _MIN_CONNECTIONS = 16
+# Resident memory, as a share of the memory limit, at which no connection is added: a
+# newcomer takes an open one's place instead. The connections' share is a bound of their
+# own; this one holds for everything together (a large node's data and the connections).
+MEMORY_HIGH = 0.85
+# The resident memory is read again at most this often (one read of /proc/self/statm).
+_PRESSURE_EVERY_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one client may hold of the server, and for how long.
 
-    ``max_connections`` (4096): connections open at once. When they are all open, a
+    ``max_connections`` (1024): connections open at once. When they are all open, a
     new one takes the place of the connection that has waited longest without a
     request in flight (for its head, or idle between requests), which is closed, or
     failing that of the one whose answer has waited longest for its client to read
@@ -61,7 +72,9 @@ class Limits:
     and closed. So a client holding idle connections or not reading its answers cannot
     lock out the kubelet's probes or a scrape. Lowered (one log event each) when the
     process's open-file limit cannot hold it, and to what ``memory_share`` of the
-    container's memory limit holds at :data:`CONNECTION_BYTES` each.
+    container's memory limit holds at :data:`CONNECTION_BYTES` each; and while the
+    process's resident memory is at :data:`MEMORY_HIGH` of that limit, a newcomer always
+    takes an open connection's place (:class:`MemoryPressure`).
     ``max_connections_per_address`` (0: half the cap): connections one client address
     may hold; a newcomer from an address at its cap takes the place of that address's
     longest idle (or longest waiting) connection, by the same rule.
@@ -94,7 +107,7 @@ class Limits:
     finish before it drops them.
     """
 
-    max_connections: int = 4096
+    max_connections: int = 1024
     max_connections_per_address: int = 0
     memory_share: float = 0.5
     backlog: int = 1024
@@ -163,7 +176,10 @@ def memory_limit(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup
     cannot be read): cgroup v2's ``memory.max``, else v1's ``memory.limit_in_bytes``.
 
     The cgroup's path comes from ``/proc/self/cgroup``; in a container (its own cgroup
-    namespace) that is ``/``, and the files are at the root of ``/sys/fs/cgroup``."""
+    namespace) that is ``/``, and the files are at the root of ``/sys/fs/cgroup``. Without
+    a cgroup namespace the path is the host's while the mount shows a subtree of it (the
+    container's own cgroup at its root): the path is tried whole, then without its leading
+    parts one at a time, then the mount's root."""
     try:
         lines = (proc / "self" / "cgroup").read_text().splitlines()
     except OSError:
@@ -174,12 +190,13 @@ def memory_limit(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup
         if len(parts) != 3:  # noqa: PLR2004 - "id:controllers:path"
             continue
         _, controllers, path = parts
-        rel = path.lstrip("/")
+        names = [name for name in path.split("/") if name]
+        rels = ["/".join(names[i:]) for i in range(len(names))] + [""]
         if controllers == "":  # v2: "0::/path"
-            candidates += [cgroup / rel / "memory.max", cgroup / "memory.max"]
+            candidates += [cgroup / rel / "memory.max" for rel in rels]
         elif "memory" in controllers.split(","):  # v1: "N:memory:/path"
             v1 = cgroup / "memory"
-            candidates += [v1 / rel / "memory.limit_in_bytes", v1 / "memory.limit_in_bytes"]
+            candidates += [v1 / rel / "memory.limit_in_bytes" for rel in rels]
     for candidate in candidates:
         try:
             value = candidate.read_text().strip()
@@ -233,8 +250,11 @@ class Connections:
     waits for its client to read in the order they began to wait: the longest idle,
     then the longest waiting, is the one closed for a newcomer. The loop's alone."""
 
-    def __init__(self, cap: int, per_address: int = 0) -> None:
+    def __init__(
+        self, cap: int, per_address: int = 0, pressed: Callable[[], bool] = lambda: False
+    ) -> None:
         self.cap = cap
+        self._pressed = pressed
         self.per_address = per_address or max(1, cap // 2)
         self.open: set[Connection] = set()
         self._idle: OrderedDict[Connection, None] = OrderedDict()
@@ -245,9 +265,12 @@ class Connections:
     def room(self, address: str = "") -> bool:
         """Whether a new connection from ``address`` may open: under both caps, or once
         a connection is closed for it (of its own address when that is at its cap);
-        False when every candidate is busy answering. One log event when the cap is
+        False when every candidate is busy answering. Under memory pressure (``pressed``)
+        the cap is what is open now (but never under a few). One log event when the cap is
         reached, one when there is room again."""
-        at_cap = len(self.open) >= self.cap
+        at_cap = len(self.open) >= self.cap or (
+            len(self.open) >= _MIN_CONNECTIONS and self._pressed()
+        )
         if at_cap != self._full:
             self._full = at_cap
             if at_cap:
@@ -308,3 +331,44 @@ class Connections:
                 del self._addresses[conn.address]
         self._idle.pop(conn, None)
         self._waiting.pop(conn, None)
+
+
+def resident_bytes(statm: Path = Path("/proc/self/statm")) -> int:
+    """This process's resident memory in bytes (0 when it cannot be read)."""
+    try:
+        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class MemoryPressure:
+    """Whether the process's resident memory is at ``high`` of its memory limit (``limit``
+    bytes; None: never), read at most every :data:`_PRESSURE_EVERY_S`. One log event when
+    it goes above, one when it is below again. The loop's alone."""
+
+    def __init__(
+        self,
+        limit: int | None,
+        high: float = MEMORY_HIGH,
+        rss: Callable[[], int] = resident_bytes,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._threshold = None if limit is None else int(limit * high)
+        self._rss = rss
+        self._clock = clock
+        self._read_at: float | None = None
+        self._high = False
+
+    def __call__(self) -> bool:
+        if self._threshold is None:
+            return False
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= _PRESSURE_EVERY_S:
+            self._read_at = now
+            rss = self._rss()
+            high = rss >= self._threshold
+            if high != self._high:
+                self._high = high
+                event = "http_memory_high" if high else "http_memory_normal"
+                log.info(event, resident_bytes=rss, threshold_bytes=self._threshold)
+        return self._high

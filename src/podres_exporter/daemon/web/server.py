@@ -49,8 +49,10 @@ from podres_exporter.daemon.web.limits import (
     Connection,
     Connections,
     Limits,
+    MemoryPressure,
     fit_memory_limit,
     fit_open_file_limit,
+    memory_limit,
 )
 from podres_exporter.daemon.web.respond import Responder
 from podres_exporter.daemon.web.site import Site
@@ -141,10 +143,13 @@ class WebServer:
             raise
         self._socket = sock
         self.server_address: tuple[str, int] = sock.getsockname()[:2]
+        memory = memory_limit()
         self.max_connections = fit_open_file_limit(
-            fit_memory_limit(limits.max_connections, limits.memory_share)
+            fit_memory_limit(limits.max_connections, limits.memory_share, memory)
         )
-        self._connections = Connections(self.max_connections, limits.max_connections_per_address)
+        self._connections = Connections(
+            self.max_connections, limits.max_connections_per_address, MemoryPressure(memory)
+        )
         self._trimmer: Trimmer | None = None
         self._refusals: set[asyncio.Task[None]] = set()  # 503s of a full server in flight
         self._stopping = False
