@@ -281,12 +281,7 @@ def ready(url: str, path: str = "/readyz") -> Callable[[], str | None]:
 
 
 @contextlib.contextmanager
-def exporter(tmp: Path, tls: bool) -> Iterator[Target]:
-    with contextlib.ExitStack() as stack:
-        yield from _exporter(tmp, tls, stack)
-
-
-def _exporter(tmp: Path, tls: bool, stack: contextlib.ExitStack) -> Iterator[Target]:
+def exporter(tmp: Path, tls: bool, cgroup: Path | None) -> Iterator[Target]:
     name = "exporter-tls" if tls else "exporter"
     sim = footprint.spawn(
         f"{name} simulator",
@@ -296,7 +291,6 @@ def _exporter(tmp: Path, tls: bool, stack: contextlib.ExitStack) -> Iterator[Tar
     port = footprint.free_port()
     (tmp / f"host-{name}").mkdir()
     extra = ["--web.config.file", str(tmp / "web.yml")] if tls else []
-    cgroup = stack.enter_context(memory_cgroup(name, POD_LIMITS["exporter"]))
     exp = footprint.spawn(
         name,
         [
@@ -316,14 +310,8 @@ def _exporter(tmp: Path, tls: bool, stack: contextlib.ExitStack) -> Iterator[Tar
 
 
 @contextlib.contextmanager
-def plugin(tmp: Path, tls: bool) -> Iterator[Target]:
-    with contextlib.ExitStack() as stack:
-        yield from _plugin(tmp, tls, stack)
-
-
-def _plugin(tmp: Path, tls: bool, stack: contextlib.ExitStack) -> Iterator[Target]:
+def plugin(tmp: Path, tls: bool, cgroup: Path | None) -> Iterator[Target]:
     name = "plugin-tls" if tls else "plugin"
-    cgroup = stack.enter_context(memory_cgroup(name, POD_LIMITS["plugin"]))
     where = tmp / name
     (where / "dp").mkdir(parents=True)
     (where / "sys").mkdir()
@@ -384,7 +372,8 @@ def main() -> int:
             if args.only not in (None, kind):
                 continue
             for tls in (False, True):
-                with start(tmp, tls) as target:
+                cgroup = memory_cgroup(f"{kind}-tls" if tls else kind, POD_LIMITS[kind])
+                with cgroup as where, start(tmp, tls, where) as target:
                     run_attacks(target, n)
     return 0
 

@@ -6,6 +6,7 @@ and freed memory given back after a burst of connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import socket
 import ssl
@@ -113,6 +114,30 @@ def test_a_tls_connection_that_has_sent_nothing_has_no_tls_state(
     finally:
         for sock in silent:
             sock.close()
+
+
+def test_a_failed_tls_handshake_leaves_nothing_for_the_collector(
+    serve: Callable[..., WebServer], server_tls: ssl.SSLContext
+) -> None:
+    """20 plain HTTP requests sent to a TLS port, one after another: once they are
+    closed, no TLS protocol of theirs is left, even with the collector off (a reference
+    cycle kept each one, and its buffers, until a full collection)."""
+    server = serve(server_tls)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            with connect(server) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                with contextlib.suppress(OSError):
+                    while sock.recv(65536):
+                        pass
+        assert wait_until(lambda: server.open_connections == 0)
+        time.sleep(0.2)
+        left = [o for o in gc.get_objects() if isinstance(o, sslproto.SSLProtocol)]
+        assert left == []
+    finally:
+        gc.enable()
 
 
 def test_the_tls_read_buffer_holds_one_record_not_256_kib() -> None:

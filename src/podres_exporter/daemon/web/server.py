@@ -361,6 +361,11 @@ class WebServer:
         except OSError as err:  # TLS errors, resets and the handshake's deadline
             if tls is not None:
                 log.debug("http_tls_handshake_failed", error=str(err) or type(err).__name__)
+            # Its traceback holds the frames that hold the TLS protocol, whose handshake
+            # future holds the error: a cycle that kept each failed handshake's buffers
+            # (some 80 KB) until a full collection; 1,000 plain requests to the TLS port
+            # took the plugin from 58 to 143 MiB. Cut, they go when the error does.
+            err.__traceback__ = None
             return None
         sending.buffer_at_most_a_slice(writer.transport)
         return reader, writer
