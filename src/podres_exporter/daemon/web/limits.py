@@ -98,11 +98,12 @@ class Limits:
     (2): threads for ``/healthz``, ``/readyz`` and the web-config provider, so that
     slow scrapes never delay the kubelet's probes.
     ``auth_workers`` (1): threads for basic auth's bcrypt checks (the config runs one
-    at a time anyway), and ``max_pending_auth`` (32): checks waiting for them. A login
-    checked lately is recognised on the loop and never waits for a bcrypt check; a
-    request past ``max_pending_auth`` (a flood of wrong passwords) is answered ``503``
-    with ``Retry-After`` at once: not ``401``, which would tell a right password that
-    it is wrong.
+    at a time anyway), and ``max_pending_auth`` (32): checks held in all, waiting in one
+    queue per client address and served in turn (see
+    :class:`~podres_exporter.daemon.web.respond.FairQueue`). A login checked lately is
+    recognised on the loop and never waits for a bcrypt check; a request that finds no
+    place is answered ``503`` with ``Retry-After`` at once: not ``401``, which would tell
+    a right password that it is wrong.
     ``stop_grace_s`` (1.5 s): how long :meth:`WebServer.stop` lets responses in flight
     finish before it drops them.
     """
