@@ -71,5 +71,9 @@ ENV PATH=/opt/podres/bin:$PATH \
 # uid, e.g. `--user 65534`.
 
 EXPOSE 9842 9843
-ENTRYPOINT ["podres"]
+# A daemon command (export, plugin, demo) ignores SIGHUP from the container's first
+# instruction: the shell sets it and execs podres, which inherits it (an ignored signal stays
+# ignored across exec) through the interpreter's own start, until the daemon serves and
+# takes SIGHUP as a reload. `podres snapshot` and `podres top` keep the default.
+ENTRYPOINT ["/bin/sh", "-c", "case \"$1\" in export|plugin|demo) trap '' HUP;; esac; exec podres \"$@\"", "podres"]
 CMD ["export"]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,11 +168,18 @@ def test_multi_stage_on_the_same_debian() -> None:
     assert copies == [[f"--from={build_name}", VENV, VENV]]
 
 
+def _entrypoint() -> list[str]:
+    return list(json.loads({i.keyword: i.args for i in _stages()[-1]}["ENTRYPOINT"]))
+
+
 def test_entrypoint_cmd_and_environment() -> None:
-    """`podres` is the entrypoint, `export` the default command, the virtualenv on PATH."""
+    """`podres` is the entrypoint (execed by a shell that settles SIGHUP first), `export`
+    the default command, the virtualenv on PATH."""
     final = _stages()[-1]
     instructions = {i.keyword: i.args for i in final}
-    assert json.loads(instructions["ENTRYPOINT"]) == ["podres"]
+    sh, c, script, name = _entrypoint()
+    assert (sh, c, name) == ("/bin/sh", "-c", "podres")
+    assert script.endswith('exec podres "$@"')
     assert json.loads(instructions["CMD"]) == ["export"]
     env = dict(item.partition("=")[::2] for item in shlex.split(instructions["ENV"]))
     assert env["PATH"].split(":")[0] == f"{VENV}/bin"
@@ -337,3 +347,69 @@ def test_dockerignore_sends_only_what_the_build_reads() -> None:
         "src/podres_exporter.egg-info/PKG-INFO",
     ):
         assert not _dockerignore_sends(path), path
+
+
+def _ignores_sighup_soon(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGHUP within a second (its first instruction, the
+    shell's trap, has run): SigIgn in /proc/PID/status, bit 0 for signal 1."""
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("SigIgn:") and int(line.split()[1], 16) & 1:
+                    return True
+        time.sleep(0.0005)
+    return False
+
+
+@pytest.mark.parametrize("command", ["export", "plugin"])
+def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, command: str) -> None:
+    """The image's entrypoint run as the container runs it (the virtualenv's `podres` on
+    PATH): SIGHUP sent from its first instruction on (the shell's trap), before the
+    interpreter has even started, never ends a daemon; `podres snapshot` under it keeps the
+    default (a hang-up ends it)."""
+    _, _, script, name = _entrypoint()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    args = {
+        "export": ["--kubelet-socket", str(tmp_path / "none.sock"), "--listen-address",
+                   "127.0.0.1:0", "--log-level", "error"],
+        "plugin": ["--config", str(tmp_path / "plugin.toml"), "--device-plugin-dir",
+                   str(tmp_path), "--path.sysfs", str(tmp_path), "--listen-address",
+                   "127.0.0.1:0", "--log-level", "error"],
+    }[command]  # fmt: skip
+    (tmp_path / "plugin.toml").write_text(
+        '[[resource]]\nname = "example.com/uplink"\n[resource.discover]\n'
+        'kind = "netdev"\npattern = "enp*"\n'
+    )
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", script, name, command, *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert _ignores_sighup_soon(proc.pid), "the shell never ignored SIGHUP"
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline and proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(0.005)
+        assert proc.poll() is None, f"ended by SIGHUP: {proc.returncode}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    snapshot = subprocess.Popen(
+        ["/bin/sh", "-c", script, name, "snapshot", "--kubelet-socket",
+         str(tmp_path / "none.sock")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        snapshot.send_signal(signal.SIGHUP)
+        assert snapshot.wait(30) == -signal.SIGHUP
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(snapshot.pid, signal.SIGKILL)
