@@ -29,6 +29,7 @@ import errno
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 
 import structlog
@@ -109,6 +110,13 @@ def _quiet_loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, objec
     err = context.get("exception")
     level = log.debug if isinstance(err, OSError) else log.warning
     level("http_loop_error", message=str(context.get("message")), error=repr(err))
+
+
+def _closer(sock: socket.socket) -> Callable[[object], None]:
+    """A done callback that closes ``sock``: a connection's task closes its socket as it
+    ends, except a task cancelled before its first step (a newcomer closed at once for
+    the next one), whose body never runs. Closing again is a no-op."""
+    return lambda _task: sock.close()
 
 
 class WebServer:
@@ -299,10 +307,12 @@ class WebServer:
                 conn = Connection(address=address)
                 self._connections.add(conn)
                 conn.task = loop.create_task(self._connection(conn, sock))
+                conn.task.add_done_callback(_closer(sock))
             else:  # every connection busy answering: this one gets a 503
                 refused = loop.create_task(self._connection(None, sock))
                 self._refusals.add(refused)
                 refused.add_done_callback(self._refusals.discard)
+                refused.add_done_callback(_closer(sock))
 
     # ---------------------------------------------------------------- connections
 
