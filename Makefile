@@ -9,7 +9,7 @@ CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast lint fmt proto system-deps bench clean image dashboards rules
+.PHONY: demo test test-fast lint fmt proto system-deps bench clean image dashboards rules dist
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ image: IMAGE ?= ghcr.io/podres-exporter/podres-exporter:$(VERSION)
 image: CONTAINER_ENGINE ?= $(if $(shell command -v podman),podman,docker)
 image:
 	$(CONTAINER_ENGINE) build -f Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) $(IMAGE_BUILD_FLAGS) .
+
+## dist: the wheel and the sdist in dist/ (`pipx install dist/podres_exporter-*.whl` on a laptop)
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v tmux >/dev/null || ! command -v wrk >/dev/null || ! PATH="$$PATH:/usr/sbin" command -v nginx >/dev/null; then \
