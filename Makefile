@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The demo needs the package and its runtime dependencies only, not the test and lint tools.
+DEMO_STAMP := $(VENV)/.installed-runtime
 # checkov (the manifests' security linter, run by the tests) pins packaging<24, which the test
 # tools cannot use: it gets a virtualenv of its own, pinned, since new releases add checks.
 CHECKOV_VENV  := .venv-checkov
@@ -22,9 +24,16 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/pip install -q checkov==3.3.30
 	touch $(CHECKOV_STAMP)
 
-## demo: run the exporter against the built-in simulated node (Ctrl-C to stop)
-demo: $(STAMP)
-	$(BIN)/podres demo
+# Skipped when the full install (a superset) is already there and current.
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+	  $(PYTHON) -m venv $(VENV) && $(BIN)/pip install -q -e . ; fi
+	touch $(DEMO_STAMP)
+
+## demo: run the exporter against the built-in simulated node (Ctrl-C to stop); installs the
+## package only (no test tools); DEMO_FLAGS=... for podres demo's flags (--listen-address ...)
+demo: $(DEMO_STAMP)
+	$(BIN)/podres demo $(DEMO_FLAGS)
 
 ## test: the whole test suite (needs promtool, prometheus and tmux: installed when missing)
 test: $(STAMP) $(CHECKOV_STAMP) system-deps

@@ -154,11 +154,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
             return run_export(settings)
         if ns.command == "demo":
-            from podres_exporter.cli.demo import run_demo
+            from podres_exporter.cli.demo import demo_settings, run_demo
 
             raw = vars(ns)
+            flags, config_path = given(ns, DEMO_OPTIONS), getattr(ns, CONFIG.flag)
             return run_demo(
-                settings,
+                demo_settings(
+                    settings, flags, environ, config_path=config_path, terminal=sys.stderr.isatty()
+                ),
                 scenario=resolve(SCENARIO, raw, environ),
                 churn_s=resolve(CHURN_INTERVAL, raw, environ),
             )

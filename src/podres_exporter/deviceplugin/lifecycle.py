@@ -8,7 +8,11 @@ For each resource, on its own thread (:class:`ResourcePlugin`):
    kubelet is told about it;
 3. ``Register`` with ``<dir>/kubelet.sock``
    (:mod:`~podres_exporter.deviceplugin.registration`). Refused, or no kubelet:
-   retried with exponential backoff (with jitter), forever.
+   retried with exponential backoff (with jitter), forever. The wait is logged at
+   once (``kubelet_unavailable`` with the socket's path and the cause: missing,
+   connection refused; ``registration_failed`` when the kubelet answered no), then
+   again on a doubling schedule (``report_initial_s`` up to ``report_max_s``), and
+   ``plugin_registered`` says how long it waited.
 4. watch: every ``tick_s`` (100 ms), and at once when :class:`KubeletWatch` sees
    ``kubelet.sock`` change, the plugin's loop reads the socket's identity (device
    and inode); when the kubelet re-created it (a restart), or when our own socket
@@ -48,7 +52,12 @@ from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import ResourceConfig
 from podres_exporter.deviceplugin.kubeletwatch import KubeletWatch
 from podres_exporter.deviceplugin.metrics import PluginMetrics
-from podres_exporter.deviceplugin.registration import KUBELET_SOCKET, register
+from podres_exporter.deviceplugin.registration import (
+    KUBELET_SOCKET,
+    KubeletUnavailable,
+    WaitReport,
+    register,
+)
 from podres_exporter.deviceplugin.servicer import DevicePluginServicer, HealthCheck
 from podres_exporter.deviceplugin.serving import UNARY_WORKERS, Served, SocketServing
 
@@ -65,7 +74,8 @@ class Timing:
     Every retry (serve, Register, register again after a lost stream) backs off from
     ``backoff_initial_s`` to ``backoff_max_s``. ``register_timeout_s`` must outlast
     the kubelet's 10 s dial back; ``grace_s`` is how long in-flight calls get at
-    shutdown (well inside a pod's grace period).
+    shutdown (well inside a pod's grace period). While it cannot register, the plugin
+    logs so at once, then after ``report_initial_s``, doubling up to ``report_max_s``.
     """
 
     backoff_initial_s: float = 0.2
@@ -74,6 +84,8 @@ class Timing:
     self_dial_timeout_s: float = 5.0
     grace_s: float = 1.0
     tick_s: float = 0.1
+    report_initial_s: float = 10.0
+    report_max_s: float = 300.0
 
 
 class ResourcePlugin:
@@ -112,6 +124,9 @@ class ResourcePlugin:
             timing.backoff_initial_s, timing.backoff_max_s, jitter=REGISTER_JITTER
         )
         self._backoff = Backoff(timing.backoff_initial_s, timing.backoff_max_s, jitter=NO_JITTER)
+        self._wait_report = WaitReport(
+            Backoff(timing.report_initial_s, timing.report_max_s, jitter=NO_JITTER)
+        )
         self._rng = random.Random()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -188,6 +203,8 @@ class ResourcePlugin:
                     failures, next_attempt = 0, 0.0
                 with self._lock:
                     registered_with = self._registered_with
+                if self._served is not None and registered_with is None and kubelet is None:
+                    self._waiting("kubelet_unavailable", "missing", error=None)
                 if (
                     self._served is not None
                     and registered_with is None
@@ -283,15 +300,13 @@ class ResourcePlugin:
                 self.resource,
                 timeout_s=self._timing.register_timeout_s,
             )
+        except KubeletUnavailable as err:
+            self._metrics.registration(name, ok=False)
+            self._waiting("kubelet_unavailable", err.cause, error=str(err))
+            return False
         except RegistrationError as err:
             self._metrics.registration(name, ok=False)
-            log.warning(
-                "registration_failed",
-                resource=name,
-                endpoint=served.endpoint,
-                code=err.code,
-                error=str(err),
-            )
+            self._waiting("registration_failed", err.code, error=str(err))
             return False
         with self._lock:
             if self._served is served:
@@ -300,8 +315,25 @@ class ResourcePlugin:
         self.registrations += 1
         self._metrics.registration(name, ok=True)
         self._metrics.set_registered(name, True)
-        log.info("plugin_registered", resource=name, endpoint=served.endpoint)
+        waited = self._wait_report.succeeded()
+        extra = {} if waited is None else {"waited_s": waited}
+        log.info("plugin_registered", resource=name, endpoint=served.endpoint, **extra)
         return True
+
+    def _waiting(self, event: str, cause: str, *, error: str | None) -> None:
+        """Registering failed for ``cause``: log ``event`` when the report is due."""
+        waited = self._wait_report.failed(cause)
+        if waited is None:
+            return
+        extra = {} if error is None else {"error": error}
+        log.warning(
+            event,
+            resource=self.resource.name,
+            socket=self._kubelet_path,
+            cause=cause,
+            waited_s=waited,
+            **extra,
+        )
 
 
 # ------------------------------------------------------------------------ all of it
