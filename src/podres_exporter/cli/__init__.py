@@ -23,7 +23,7 @@ from podres_exporter.daemon.flags import (
     PATH_PROCFS,
     PATH_SYSFS,
 )
-from podres_exporter.daemon.options import Option, given, resolve
+from podres_exporter.daemon.options import CommandParser, Option, given, resolve
 from podres_exporter.daemon.values import duration, parse_text
 from podres_exporter.deviceplugin.main import add_plugin_parser
 from podres_exporter.exporter.settings import (
@@ -86,7 +86,7 @@ def _add_options(
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    top = argparse.ArgumentParser(
+    top = CommandParser(
         prog="podres",
         description="Which container holds which CPUs, devices and memory on a Kubernetes node.",
     )
