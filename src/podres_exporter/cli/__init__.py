@@ -1,7 +1,10 @@
 """The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot``, ``plugin``, ``top``.
 
-Exit status: 0 on success, 1 when the work failed (the kubelet could not be
-read), 2 on a usage or configuration error; the message names what to fix. The daemon
+Exit status: 0 on success, 1 when the work failed (the kubelet answered an error), 2 on
+a usage or configuration error, or when what a flag names cannot be used (a kubelet
+socket missing or refusing, a port taken); the message names what to fix, once, and
+nothing is logged before it. An unknown flag gets its command's usage and the flag it is
+closest to (:class:`~podres_exporter.daemon.options.CommandParser`). The daemon
 commands (``export``, ``demo``, ``plugin``) ignore SIGHUP from their first step, so that
 it never ends them while they start or stop; while they run it reloads.
 """
