@@ -322,7 +322,7 @@ def plugin_args(tmp: Path, port: int) -> list[str]:
         "-m",
         "podres_exporter",
         "plugin",
-        "--config",
+        "--resources",
         str(config),
         "--device-plugin-dir",
         str(tmp / "device-plugins"),

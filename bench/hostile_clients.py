@@ -320,7 +320,7 @@ def plugin(tmp: Path, tls: bool, cgroup: Path | None) -> Iterator[Target]:
     proc = footprint.spawn(
         name,
         [
-            "-m", "podres_exporter", "plugin", "--config", str(where / "plugin.toml"),
+            "-m", "podres_exporter", "plugin", "--resources", str(where / "plugin.toml"),
             "--device-plugin-dir", str(where / "dp"), "--path.sysfs", str(where / "sys"),
             "--listen-address", "127.0.0.1:0", "--log-format", "json", *extra,
         ],

@@ -152,7 +152,7 @@ def _first_import(how: str, target: str, *args: str) -> str:
         ("script", "podres", "demo"),
         ("module", "podres_exporter", "export"),
         ("module", "podres_exporter", "plugin"),
-        ("module", "podres_exporter.deviceplugin", "--config"),
+        ("module", "podres_exporter.deviceplugin", "--resources"),
     ],
 )
 def test_a_daemon_ignores_sighup_before_it_imports_anything(

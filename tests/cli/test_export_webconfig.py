@@ -147,7 +147,7 @@ def test_a_bad_file_exits_2_naming_the_key(
         str(tmp_path / "absent"),
     ]
     if command == "plugin":
-        argv += ["--config", str(resources)]
+        argv += ["--resources", str(resources)]
     assert main(argv, {}) == 2
     err = capsys.readouterr().err
     assert "basic_auth_users" in err and "alice" in err, err

@@ -39,7 +39,6 @@ SHARED = (
 # Flags of the same name that are different settings, and why.
 NOT_SHARED = {
     "--listen-address": "the exporter serves every interface, the plugin the loopback",
-    "--config": "the exporter's settings file is not the plugin's resource file",
     "--scenario": "the simulator's help lists its scenarios; podres imports it only to run it",
     "--churn-interval": "the demo churns every 5s, the simulator as its scenario says",
 }

@@ -100,9 +100,10 @@ def test_snapshot_takes_the_kubelet_answer_limits(make_sim: MakeSim) -> None:
 
 
 def test_snapshot_without_socket_names_the_flag(tmp_path: Path) -> None:
-    """No kubelet socket: exit 1 and a message naming --kubelet-socket."""
+    """No kubelet socket: exit 2 and one message naming --kubelet-socket."""
     proc = run("snapshot", "--kubelet-socket", str(tmp_path / "none.sock"), "--path.sysfs", "/sys")
-    assert proc.returncode == 1
+    assert proc.returncode == 2
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "--kubelet-socket" in proc.stderr and "none.sock" in proc.stderr
     assert proc.stdout == ""
 

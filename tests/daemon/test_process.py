@@ -394,7 +394,7 @@ def run_command(name: str, tmp_path: Path, log_format: str, port: int) -> int:
         )
     if name == "plugin":
         (tmp_path / "plugin.toml").write_text(PLUGIN_CONFIG)
-        args = ["--config", str(tmp_path / "plugin.toml"), "--device-plugin-dir", str(tmp_path)]
+        args = ["--resources", str(tmp_path / "plugin.toml"), "--device-plugin-dir", str(tmp_path)]
         return podres(["plugin", *args, "--listen-address", f"127.0.0.1:{port}", *fmt], {})
     assert name == "sim"
     return sim_main(["--socket", str(tmp_path / "k.sock"), "--scenario", "synthetic:x", *fmt])

@@ -77,7 +77,7 @@ PLUGIN = Agent(
     container="plugin",
     args=(
         "plugin",
-        "--config=/etc/podres/plugin.toml",
+        "--resources=/etc/podres/plugin.toml",
         "--path.sysfs=/host/sys",
         "--path.dev=/host/dev",
         "--log-format=json",
@@ -518,7 +518,7 @@ def test_plugin_config_loads(
     render: Render, tmp_path: Path, name: str, expected: dict[str, tuple[str, int]]
 ) -> None:
     """The generated ConfigMap's resource file is accepted by the plugin's own loader and
-    declares the documented resources; the DaemonSet mounts that ConfigMap where --config
+    declares the documented resources; the DaemonSet mounts that ConfigMap where --resources
     points."""
     docs = render(name)
     config_map = generated(docs, "ConfigMap", PLUGIN.name)
@@ -534,7 +534,7 @@ def test_plugin_config_loads(
     volume = next(v for v in spec["volumes"] if "configMap" in v)
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
     mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
-    assert f"--config={mount['mountPath']}/plugin.toml" in spec["containers"][0]["args"]
+    assert f"--resources={mount['mountPath']}/plugin.toml" in spec["containers"][0]["args"]
 
 
 @pytest.mark.parametrize(

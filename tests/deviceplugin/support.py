@@ -54,7 +54,7 @@ def plugin_flags(
     """The command line of a plugin under test: its resource file, the kubelet's
     device-plugins directory, a sysfs tree, HTTP on any free port, logs in ``log_format``."""
     return [
-        "--config", str(config),
+        "--resources", str(config),
         "--device-plugin-dir", str(plugin_dir),
         "--listen-address", "127.0.0.1:0",
         "--path.sysfs", str(sysfs),

@@ -217,11 +217,11 @@ def test_valid_resource_names_pass(name: str) -> None:
 
 def test_a_missing_or_broken_file_is_named(tmp_path: Path) -> None:
     """An unreadable file and a file that is not TOML are ConfigErrors naming the file."""
-    with pytest.raises(ConfigError, match=r"config file .*nope\.toml \(--config\)"):
+    with pytest.raises(ConfigError, match=r"config file .*nope\.toml \(--resources\)"):
         load_config(str(tmp_path / "nope.toml"))
     bad = tmp_path / "bad.toml"
     bad.write_text("[[resource]\nname=")
-    with pytest.raises(ConfigError, match=r"bad\.toml \(--config\) is not valid TOML"):
+    with pytest.raises(ConfigError, match=r"bad\.toml \(--resources\) is not valid TOML"):
         load_config(str(bad))
 
 

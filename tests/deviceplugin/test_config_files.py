@@ -1,4 +1,4 @@
-"""`podres plugin --config FILE` with a resource file that is wrong, and durations past
+"""`podres plugin --resources FILE` with a resource file that is wrong, and durations past
 their bounds: exit status 2, the file and the key named, never a traceback."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ device = "0x1889"
 
 
 def run(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, str]:
-    code = main(["plugin", "--config", str(path), "--listen-address", "127.0.0.1:0", *flags], {})
+    code = main(["plugin", "--resources", str(path), "--listen-address", "127.0.0.1:0", *flags], {})
     return code, capsys.readouterr().err
 
 
@@ -166,12 +166,12 @@ def test_a_resource_file_that_is_no_file_exits_2_naming_it(
     message: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`podres plugin --config` naming a device, a FIFO, a directory, more than 1 MiB or
+    """`podres plugin --resources` naming a device, a FIFO, a directory, more than 1 MiB or
     TOML nested too deep: exit 2 naming the file, no traceback, no hang."""
     path = make(tmp_path)
     code, err = run(path, capsys)
     assert code == 2
-    assert err.startswith(f"podres plugin: error: config file {path} (--config)")
+    assert err.startswith(f"podres plugin: error: config file {path} (--resources)")
     assert message in err and "Traceback" not in err
 
 

@@ -38,10 +38,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_flags_win_over_the_environment_which_wins_over_defaults() -> None:
-    """--flag beats PODRES_* beats the default; --config may come from PODRES_CONFIG."""
+    """--flag beats PODRES_* beats the default; --resources may come from PODRES_RESOURCES."""
     ns = parse(["--path.sysfs", "/host/sys", "--health-interval", "250ms"])
     env = {
-        "PODRES_CONFIG": "/etc/podres/plugin.toml",
+        "PODRES_RESOURCES": "/etc/podres/plugin.toml",
         "PODRES_PATH_SYSFS": "/env/sys",
         "PODRES_PATH_DEV": "/host/dev",
         "PODRES_LISTEN_ADDRESS": "127.0.0.1:9999",
@@ -53,7 +53,7 @@ def test_flags_win_over_the_environment_which_wins_over_defaults() -> None:
     assert settings.listen_address == ("127.0.0.1", 9999)
     assert settings.health_interval_s == 0.25
     assert settings.xid_unhealthy_for_s is None  # the resource file decides
-    defaults = plugin_settings(parse(["--config", "x.toml"]), {})
+    defaults = plugin_settings(parse(["--resources", "x.toml"]), {})
     assert defaults.device_plugin_dir == "/var/lib/kubelet/device-plugins"
     assert defaults.listen_address == ("127.0.0.1", 9843)  # the loopback unless told
     assert (defaults.path_sysfs, defaults.path_dev) == ("/sys", "/dev")
@@ -62,7 +62,7 @@ def test_flags_win_over_the_environment_which_wins_over_defaults() -> None:
 def test_a_bad_environment_value_names_the_variable() -> None:
     """A bad PODRES_* value is a ConfigError naming the flag and the variable."""
     with pytest.raises(ConfigError, match=r"--listen-address .*PODRES_LISTEN_ADDRESS"):
-        plugin_settings(parse(["--config", "x"]), {"PODRES_LISTEN_ADDRESS": "nowhere"})
+        plugin_settings(parse(["--resources", "x"]), {"PODRES_LISTEN_ADDRESS": "nowhere"})
 
 
 def test_run_plugin_serves_until_stopped_then_returns_0(
@@ -94,7 +94,7 @@ def test_run_plugin_returns_2_for_a_bad_resource_file(
 ) -> None:
     """A resource file that does not validate: exit status 2, the key on stderr."""
     (tmp_path / "bad.toml").write_text('[[resource]]\nname = "gpu"\n')
-    assert run_plugin(parse(["--config", str(tmp_path / "bad.toml")]), {}) == 2
+    assert run_plugin(parse(["--resources", str(tmp_path / "bad.toml")]), {}) == 2
     assert "resource[0].name: resource name 'gpu' has no domain" in capsys.readouterr().err
 
 
@@ -109,7 +109,7 @@ def test_run_plugin_returns_2_when_it_cannot_listen(
         port = holder.getsockname()[1]
         ns = parse(
             [
-                "--config",
+                "--resources",
                 str(tmp_path / "plugin.toml"),
                 "--device-plugin-dir",
                 str(tmp_path),

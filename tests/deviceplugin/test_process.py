@@ -232,7 +232,7 @@ def test_a_restart_after_sigkill_removes_the_stale_sockets_of_its_own_resources(
         ('[[resource]]\nname = "kubernetes.io/x"\n', [], "resource[0].name: resource name"),
         (CONFIG + '\n[plugin]\nhealth_interval = "-1s"\n', [], "plugin.health_interval"),
         (CONFIG, ["--health-interval", "soon"], "invalid value for --health-interval"),
-        (None, [], "--config FILE is required"),
+        (None, [], "--resources FILE is required"),
     ],
 )
 def test_bad_configuration_exits_2_naming_the_key(
@@ -243,7 +243,7 @@ def test_bad_configuration_exits_2_naming_the_key(
     if config is not None:
         path = tmp_path / "plugin.toml"
         path.write_text(config)
-        argv += ["--config", str(path)]
+        argv += ["--resources", str(path)]
     done = subprocess.run(
         [sys.executable, "-m", "podres_exporter.deviceplugin", *argv],
         capture_output=True,

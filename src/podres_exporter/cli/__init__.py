@@ -1,7 +1,10 @@
 """The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot``, ``plugin``, ``top``.
 
-Exit status: 0 on success, 1 when the work failed (the kubelet could not be
-read), 2 on a usage or configuration error; the message names what to fix. The daemon
+Exit status: 0 on success, 1 when the work failed (the kubelet answered an error), 2 on
+a usage or configuration error, or when what a flag names cannot be used (a kubelet
+socket missing or refusing, a port taken); the message names what to fix, once, and
+nothing is logged before it. An unknown flag gets its command's usage and the flag it is
+closest to (:class:`~podres_exporter.daemon.options.CommandParser`). The daemon
 commands (``export``, ``demo``, ``plugin``) ignore SIGHUP from their first step, so that
 it never ends them while they start or stop; while they run it reloads.
 """
@@ -23,7 +26,7 @@ from podres_exporter.daemon.flags import (
     PATH_PROCFS,
     PATH_SYSFS,
 )
-from podres_exporter.daemon.options import Option, given, resolve
+from podres_exporter.daemon.options import CommandParser, Option, given, resolve
 from podres_exporter.daemon.values import duration, parse_text
 from podres_exporter.deviceplugin.main import add_plugin_parser
 from podres_exporter.exporter.settings import (
@@ -86,7 +89,7 @@ def _add_options(
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    top = argparse.ArgumentParser(
+    top = CommandParser(
         prog="podres",
         description="Which container holds which CPUs, devices and memory on a Kubernetes node.",
     )

@@ -71,7 +71,14 @@ class Exporter:
         if self.web_config is not None:
             self.reloads.append(self.web_config.reload)
         self.store = Store()
-        self.reader = NodeReader.from_settings(settings, gpu_backend=gpu_backend)
+        # Bound first: a port that cannot be had is said before anything is opened or
+        # logged (NVML, the sources). It serves only once started.
+        self.server = self._listen()
+        try:
+            self.reader = NodeReader.from_settings(settings, gpu_backend=gpu_backend)
+        except BaseException:
+            self.server.stop()
+            raise
         self.poller = Poller(
             self.reader,
             self.store,
@@ -81,19 +88,14 @@ class Exporter:
             stall_after_s=stall_after(settings) if stall_after_s is None else stall_after_s,
         )
         self.exposition = Exposition(self.store, partial(self.reader.families, version=__version__))
-        try:
-            self.server = self._listen()
-        except BaseException:
-            self.reader.close()  # the kubelet channel, NVML: opened above
-            raise
 
     def _listen(self) -> WebServer:
         settings = self.settings
         return process.listen(
             settings.listen_address,
             Site(
-                metrics=self.exposition.body,
-                metrics_ready=self.exposition.ready_body,
+                metrics=self._metrics,
+                metrics_ready=self._metrics_ready,
                 health=self._health,
                 readiness=self._readiness,
                 index=Index(
@@ -107,6 +109,13 @@ class Exporter:
             ),
             web_config=self.web_config,
         )
+
+    # The exposition is made after the server is bound: these ask it once it serves.
+    def _metrics(self, *, openmetrics: bool, gz: bool) -> bytes:
+        return self.exposition.body(openmetrics=openmetrics, gz=gz)
+
+    def _metrics_ready(self, *, openmetrics: bool, gz: bool) -> bytes | tuple[bytes, bytes] | None:
+        return self.exposition.ready_body(openmetrics=openmetrics, gz=gz)
 
     def _health(self) -> tuple[bool, str]:
         ok, text = self.poller.health()

@@ -6,18 +6,28 @@ import json
 import sys
 
 from podres_exporter import collectors
-from podres_exporter.core.errors import ConfigError, KubeletError, KubeletUnavailable
+from podres_exporter.core.errors import ConfigError, FetchError, KubeletError, KubeletUnavailable
 from podres_exporter.daemon import logconf, process
 from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.exporter.report import to_dict
 from podres_exporter.exporter.settings import Settings
+from podres_exporter.top.fetch.local import check_socket
+
+_SOCKET_HINT = "pass --kubelet-socket PATH (or PODRES_KUBELET_SOCKET)"
 
 
 def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool = True) -> int:
-    """Read the kubelet once and print the result; 1 when the kubelet cannot be read."""
-    process.configure_logging(settings.log_level, settings.log_format)
+    """Read the kubelet once and print the result. ConfigError (exit 2, naming the flag)
+    when the socket is missing, not a socket, not ours to use or refused; 1 when the
+    kubelet answered an error. A missing socket is found before anything is opened or
+    logged: its message is the only line."""
+    process.configure_logging(settings.log_level, settings.log_format)  # logs nothing itself
     if pod is not None and pod.count("/") != 1:
         raise ConfigError(f"--pod {pod!r}: expected NAMESPACE/NAME")
+    try:
+        check_socket(settings.kubelet_socket, _SOCKET_HINT)
+    except FetchError as err:
+        raise ConfigError(str(err)) from None
     # Every collector's telemetry: NVML on the real driver, sysfs devices, procfs.
     reader = NodeReader.from_settings(settings, telemetry=telemetry, enabled=collectors.ALL)
     try:
@@ -30,14 +40,12 @@ def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool 
                 logconf.say(sys.stderr, f"podres snapshot: pod {pod} is not on this node (--pod)")
                 return 1
     except KubeletError as err:  # Get failed after List answered
-        logconf.say(sys.stderr, f"podres snapshot: {_kubelet_problem(err)}")
-        return 1
+        return _kubelet_failed(err)
     finally:
         reader.close()
     if seen.reading is None:
         assert seen.kubelet_error is not None
-        logconf.say(sys.stderr, f"podres snapshot: {_kubelet_problem(seen.kubelet_error)}")
-        return 1
+        return _kubelet_failed(seen.kubelet_error)
     if seen.topology is None:  # accounted without NUMA nodes or online CPUs
         logconf.say(
             sys.stderr, f"podres snapshot: warning: {seen.topology_error} (set --path.sysfs)"
@@ -52,7 +60,12 @@ def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool 
     return 0
 
 
-def _kubelet_problem(err: KubeletError) -> str:
+def _kubelet_failed(err: KubeletError) -> int:
+    """Say why the kubelet could not be read, once: 2 when nothing answers on the socket
+    (the flag to fix is named), 1 when the kubelet answered an error."""
     if isinstance(err, KubeletUnavailable):
-        return f"{err} (check --kubelet-socket and that you run as root)"
-    return str(err)
+        named = "" if "--kubelet-socket" in str(err) else " (check --kubelet-socket)"
+        logconf.say(sys.stderr, f"podres snapshot: error: {err}{named}")
+        return 2
+    logconf.say(sys.stderr, f"podres snapshot: {err}")
+    return 1

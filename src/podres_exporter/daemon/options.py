@@ -26,6 +26,7 @@ in :mod:`podres_exporter.deviceplugin.main`, ``podres top``'s in
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import stat
@@ -41,6 +42,7 @@ from podres_exporter.daemon.values import (
     Size,
     format_duration,
     format_size,
+    toml_type_error,
 )
 
 MAX_CONFIG_BYTES = 2**20
@@ -155,6 +157,38 @@ class Option:
         return action
 
 
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the known word closest to ``word``, or ``""`` when
+    none is close: the hint of an unknown flag or config key."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def key_hint(key: str, known: Iterable[str]) -> str:
+    """What follows ``unknown key 'x'`` in an error: the closest known key as a "did you
+    mean", or, when none is close, every known key."""
+    names = sorted(known)
+    return did_you_mean(key, names) or f" (known: {', '.join(names)})"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that refuses an argument it does not know itself, with its own
+    usage and a "did you mean": a subcommand's parser (``add_subparsers`` makes them of
+    its parent's class) says ``podres export: error: unrecognized arguments: --poll-intervall
+    5s (did you mean --poll-interval?)`` where argparse would hand the word up to the
+    top-level parser, whose usage names no flag of the subcommand."""
+
+    def parse_known_args(  # type: ignore[override]  # same call; never returns extras
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            flags = [w.partition("=")[0] for w in extras if w.startswith("-")]
+            hint = did_you_mean(flags[0], self._option_string_actions) if flags else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return ns, extras
+
+
 def given(ns: argparse.Namespace, options: Iterable[Option]) -> dict[str, Any]:
     """The flags of ``options`` given on the command line: flag -> raw value."""
     raw = vars(ns)
@@ -210,6 +244,9 @@ def resolve(
     if found is None:
         return None
     raw, origin = found
+    wrong = toml_type_error(opt.parse, opt.key, raw) if origin.startswith("key ") else None
+    if wrong is not None:
+        raise ConfigError(f"invalid value for {opt.flag} (from {origin}): {wrong}")
     try:
         return opt.parse(raw)
     except ValueError as err:
@@ -253,11 +290,11 @@ def check_at_most(
     )
 
 
-def read_toml(path: str) -> dict[str, Any]:
-    """The TOML file that ``--config`` names; ConfigError naming the flag and the file:
+def read_toml(path: str, flag: str = "--config") -> dict[str, Any]:
+    """The TOML file that ``flag`` names; ConfigError naming the flag and the file:
     unreadable, not a regular file (a FIFO would block, a device never end), larger than
     1 MiB, not UTF-8 (as TOML must be), not TOML, or nested too deep to parse."""
-    where = f"config file {repr(path) if chr(0) in path else path} (--config)"
+    where = f"config file {repr(path) if chr(0) in path else path} ({flag})"
     try:
         text = _read_regular(path).decode("utf-8")
         return tomllib.loads(text)

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from podres_exporter.core.kube import parse_bytes
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+# A number and its unit written together ("15s", not "15 s"); a bare number is seconds.
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # A whole number of bytes with a quantity suffix, K for k, and an optional B: 64MiB, 16 Mi.
 _SIZE = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi|K|M|G)?B?\s*$")
@@ -76,6 +77,24 @@ def _text(value: object, what: str) -> str:
     return value
 
 
+def toml_type_error(parse: Callable[[Any], Any], key: str, value: object) -> str | None:
+    """Why ``value``, read from a config file for the option ``key`` parsed by ``parse``,
+    is not of the TOML type the README names, or None when it is: a duration is a string
+    with its unit (``poll-interval = "15s"``: a bare number says no unit, and on the
+    command line a number alone is seconds, which a reader of the file cannot tell). The
+    other parsers check their own type: a size or count is a whole number or a string
+    (``"16Mi"``, ``25000``), a switch a boolean or the strings a flag takes, patterns a
+    string or an array of them."""
+    if not isinstance(parse, Duration) or isinstance(value, str):
+        return None
+    example = "10s"
+    if isinstance(value, int | float) and not isinstance(value, bool) and not _huge(value):
+        example = f"{value:g}s" if math.isfinite(value) else example
+    return f'expected a duration as a string with its unit, as in {key} = "{example}"; ' + (
+        f"got {describe(value)}"
+    )
+
+
 def format_duration(seconds: float) -> str:
     """Seconds as the largest unit that states them exactly: 3600 -> ``1h``, 0.5 -> ``500ms``."""
     for unit, scale in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
@@ -99,7 +118,8 @@ def parse_duration(
     max_s: float = MAX_DURATION_S,
     zero: bool = False,
 ) -> float:
-    """``"10s"``, ``"500ms"``, ``"1m"``, ``"2.5"`` or a number (seconds) -> seconds; must
+    """``"10s"``, ``"500ms"``, ``"1m"``, ``"2.5"`` or a number (seconds) -> seconds (the
+    unit written next to the number: ``"15 s"`` is refused); must
     be > 0 (or 0 when ``zero``), at least ``min_s`` (when given) and at most ``max_s``."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f'expected a duration such as "10s", got {describe(text)}')

@@ -1,4 +1,4 @@
-"""``python -m podres_exporter.deviceplugin --config FILE``: the device plugin alone."""
+"""``python -m podres_exporter.deviceplugin --resources FILE``: the device plugin alone."""
 
 import signal
 
@@ -13,7 +13,7 @@ from podres_exporter.deviceplugin.main import add_plugin_arguments, run_plugin  
 _parser = add_plugin_arguments(
     argparse.ArgumentParser(
         prog="python -m podres_exporter.deviceplugin",
-        description="Kubelet device plugin (API v1beta1) for the resources of --config.",
+        description="Kubelet device plugin (API v1beta1) for the resources of --resources.",
     )
 )
 raise SystemExit(run_plugin(_parser.parse_args(), os.environ))

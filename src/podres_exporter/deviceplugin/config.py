@@ -1,6 +1,6 @@
 """The device plugin's resource file: which resources to advertise and how to find them.
 
-One TOML file (``--config``) declares every resource; each gets its own plugin
+One TOML file (``--resources``) declares every resource; each gets its own plugin
 socket and registration::
 
     [plugin]
@@ -48,7 +48,7 @@ from typing import Any, Final
 
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.kube import NameProblem, extended_resource_problem
-from podres_exporter.daemon.options import read_toml
+from podres_exporter.daemon.options import key_hint, read_toml
 from podres_exporter.daemon.values import Duration, describe, duration
 
 __all__ = [
@@ -221,7 +221,7 @@ class _Table:
     def only(self, allowed: tuple[str, ...]) -> None:
         for name in self.data:
             if name not in allowed:
-                raise self.error(f"unknown key (known: {', '.join(allowed)})", name)
+                raise self.error(f"unknown key{key_hint(name, allowed)}", name)
 
     def string(self, name: str, *, required: bool = False) -> str | None:
         if name not in self.data:
@@ -420,7 +420,7 @@ def load_config(
 ) -> PluginConfig:
     """Read and validate the resource file at ``path`` (see :func:`parse_config`)."""
     return parse_config(
-        read_toml(path),
+        read_toml(path, flag="--resources"),
         source=path,
         health_interval_s=health_interval_s,
         xid_unhealthy_for_s=xid_unhealthy_for_s,

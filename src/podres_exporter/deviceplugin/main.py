@@ -73,15 +73,22 @@ log = structlog.get_logger(__name__)
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_LISTEN = "127.0.0.1:9843"
 
-CONFIG = Option(
-    "--config",
+RESOURCES = Option(
+    "--resources",
     "config_path",
     parse_path,
     None,
-    "The resource file (TOML, [[resource]] tables); required.",
+    "The resource file (TOML, [[resource]] tables): the devices to advertise; required.",
     metavar="FILE",
 )
-"""--config: the resource file, read by :func:`load_plugin_config`, not an option of its own."""
+"""--resources: the resource file, read by :func:`load_plugin_config`, not an option of its own.
+Not ``--config``: that is ``podres export``'s settings file (and ``PODRES_CONFIG`` its
+variable); given to the plugin, it is refused with a message naming ``--resources``."""
+
+_NOT_CONFIG = (
+    "is the settings file of podres export; the plugin's resource file is --resources FILE "
+    f"(or {RESOURCES.env})"
+)
 
 PLUGIN_OPTIONS: tuple[Option, ...] = (
     Option("--device-plugin-dir", "device_plugin_dir", parse_path, DEFAULT_DEVICE_PLUGIN_DIR,
@@ -137,8 +144,10 @@ class PluginSettings:
 
 def add_plugin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the plugin's flags to ``parser`` (a sub-parser or a top-level one)."""
-    for opt in (CONFIG, *PLUGIN_OPTIONS):
+    for opt in (RESOURCES, *PLUGIN_OPTIONS):
         opt.add_to(parser)
+    # Accepted only to be refused with the flag's new name (see RESOURCES), not shown.
+    parser.add_argument("--config", dest="--config", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -147,7 +156,7 @@ def add_plugin_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "plugin",
         help="run the kubelet device plugin (advertises the configured hardware)",
-        description="Kubelet device plugin (API v1beta1) for the resources of --config.",
+        description="Kubelet device plugin (API v1beta1) for the resources of --resources.",
     )
     return add_plugin_arguments(parser)
 
@@ -155,11 +164,17 @@ def add_plugin_parser(subparsers: Any) -> argparse.ArgumentParser:
 def plugin_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> PluginSettings:
     """PluginSettings from parsed arguments and the environment; ConfigError names the
     flag and where the bad value came from."""
-    flags = given(ns, (CONFIG, *PLUGIN_OPTIONS))
+    if getattr(ns, "--config", None) is not None:
+        raise ConfigError(f"--config {_NOT_CONFIG}")
+    flags = given(ns, (RESOURCES, *PLUGIN_OPTIONS))
     values = {opt.attr: resolve(opt, flags, env) for opt in PLUGIN_OPTIONS}
-    config_path = resolve(CONFIG, flags, env)
+    config_path = resolve(RESOURCES, flags, env)
+    if config_path is None and "PODRES_CONFIG" in env:
+        raise ConfigError(f"the environment variable PODRES_CONFIG {_NOT_CONFIG}")
     if config_path is None:
-        raise ConfigError(f"--config FILE is required (or the environment variable {CONFIG.env})")
+        raise ConfigError(
+            f"--resources FILE is required (or the environment variable {RESOURCES.env})"
+        )
     return PluginSettings(config_path=config_path, **values)
 
 

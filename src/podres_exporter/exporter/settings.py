@@ -35,6 +35,7 @@ from podres_exporter.daemon.flags import (
 from podres_exporter.daemon.options import (
     Option,
     check_at_most,
+    key_hint,
     read_config_file,
     resolve,
     resolve_all,
@@ -298,4 +299,4 @@ def _unknown_key(key: str, known: set[str], path: str | None) -> str:
             return f"{where}: key {k!r}: expected a value, got a table"
     if _is_table(key, known):
         return f"{where}: key {shown(key)}: expected a table ([{key}])"
-    return f"{where}: unknown key {shown(key)} (known: {', '.join(sorted(known))})"
+    return f"{where}: unknown key {shown(key)}{key_hint(key, known)}"

@@ -5,11 +5,12 @@ before the live loop runs or during ``--once``; a reader that left, ``| head``);
 usage or configuration error (a malformed URL included), or when what a flag names
 cannot be reached or used (kubelet socket missing or permission denied, nothing
 listening on it, an exporter or Prometheus URL that does not answer within
-``--timeout``, a certificate not trusted, credentials refused): the message names the
-flag; 1 when the source answered but its answer is unusable (an HTTP error, a rejected
-query, no podres metrics, an answer malformed, over ``--max-answer-size`` or unfinished
-at ``--timeout``, a kubelet error other than UNAVAILABLE), or when the frame cannot be
-written (a full disk). Every error is one line on stderr; URLs show no password.
+``--timeout``, a certificate not trusted, credentials refused, an HTTP 404 for the URL's
+path): the message names the flag; 1 when the source answered but its answer is unusable
+(another HTTP error, a rejected query, no podres metrics, an answer malformed, over
+``--max-answer-size`` or unfinished at ``--timeout``, a kubelet error other than
+UNAVAILABLE), or when the frame cannot be written (a full disk). Every error is one line
+on stderr; URLs show no password.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def plugin(tmp_path: Path) -> Iterator[tuple[int, int]]:
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "podres_exporter", "plugin",
-                "--config", str(tmp_path / "plugin.toml"),
+                "--resources", str(tmp_path / "plugin.toml"),
                 "--device-plugin-dir", str(tmp_path / "dp"),
                 "--path.sysfs", str(tmp_path / "sys"),
                 "--listen-address", "127.0.0.1:0",

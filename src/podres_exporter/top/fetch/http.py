@@ -6,8 +6,9 @@ the whole body together, whatever pace the peer keeps) and a size cap on the bod
 ends costs at most that time and that memory. Every failure becomes a FetchError naming
 the URL without its password (:func:`shown_url`): exit 2 when nothing usable answers at
 the address or a flag must change (refused, unknown host, no answer in time, a TLS
-certificate not trusted, credentials refused), 1 when the peer answered and the answer
-is unusable (an HTTP error, a malformed or oversized or unfinished answer).
+certificate not trusted, credentials refused, HTTP 404 for a path that is not there), 1
+when the peer answered and the answer is unusable (another HTTP error, a malformed or
+oversized or unfinished answer).
 
 Basic auth comes from ``user:password@`` in the URL or from ``--auth-user`` with
 ``--auth-password-file``; ``--ca-file`` names the CAs to trust for ``https://`` and
@@ -39,6 +40,13 @@ MAX_ANSWER_BYTES = 32 * 2**20
 _CHUNK = 64 * 1024
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")  # spaces and controls: no URL holds them
 _CREDENTIALS = " (credentials: user:password@ in the URL, or --auth-user and --auth-password-file)"
+# The HTTP statuses that a flag fixes, and the hint naming it: refused credentials, and a
+# path that is not there (a URL to fix: a typo, or a prefix the server is not served under).
+_FLAG_TO_FIX = {
+    401: _CREDENTIALS,
+    403: _CREDENTIALS,
+    404: " (check the URL's path)",
+}
 # A host as a URL may name it: a DNS name, an IPv4 address, or an IPv6 one in brackets.
 _HOST = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?\]")
 
@@ -237,11 +245,12 @@ class HttpClient:
             raise too_large
         if resp.status != http.HTTPStatus.OK:
             detail = resp.read(300).decode(errors="replace").strip()
-            refused = resp.status in (401, 403)  # a flag fixes it: exit 2, naming them
+            # A flag fixes these: exit 2, naming it (the credentials, or the URL's path).
+            hint = _FLAG_TO_FIX.get(resp.status)
             raise fetch_error(
                 f"{what} answered HTTP {resp.status} for {shown_url(url)}: "
-                f"{detail or resp.reason}{_CREDENTIALS if refused else ''}",
-                exit_code=2 if refused else 1,
+                f"{detail or resp.reason}{hint or ''}",
+                exit_code=1 if hint is None else 2,
             )
         chunks: list[bytes] = []
         size = 0

@@ -25,12 +25,14 @@ if TYPE_CHECKING:
 UNSHOWN_COLLECTORS = frozenset({"build", "dra", "pci", "net", "infiniband"})
 
 
-def check_socket(path: str) -> None:
-    """Fail early, naming ``--kubelet-socket``, when the socket is missing or not ours to use."""
-    hint = (
-        "pass --kubelet-socket PATH (or PODRES_KUBELET_SOCKET), "
-        "or read an exporter with --exporter URL"
-    )
+TOP_SOCKET_HINT = (
+    "pass --kubelet-socket PATH (or PODRES_KUBELET_SOCKET), or read an exporter with --exporter URL"
+)
+
+
+def check_socket(path: str, hint: str = TOP_SOCKET_HINT) -> None:
+    """Fail early with exit status 2 and ``hint`` (what to pass instead), naming
+    ``--kubelet-socket``, when the socket is missing or not ours to use."""
     try:
         st = os.stat(path)
     except FileNotFoundError:

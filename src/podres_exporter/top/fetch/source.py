@@ -2,8 +2,9 @@
 
 Errors become :class:`FetchError` with the exit status the CLI should use: 2 when what
 a flag names cannot be reached or used (a missing socket, permission denied, nothing
-listening, an unreachable URL) and the message names the flag; 1 when the source
-answered but the answer is unusable (an HTTP error, a query error, no podres metrics).
+listening, an unreachable URL, a path the server answers 404 for) and the message names
+the flag; 1 when the source answered but the answer is unusable (another HTTP error, a
+query error, no podres metrics).
 Their messages carry what a source said (an HTTP error body, a query's error, the
 kubelet's error text) made :func:`~podres_exporter.core.printable.printable`: they are
 printed to a terminal.
