@@ -373,7 +373,7 @@ def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, com
     args = {
         "export": ["--kubelet-socket", str(tmp_path / "none.sock"), "--listen-address",
                    "127.0.0.1:0", "--log-level", "error"],
-        "plugin": ["--config", str(tmp_path / "plugin.toml"), "--device-plugin-dir",
+        "plugin": ["--resources", str(tmp_path / "plugin.toml"), "--device-plugin-dir",
                    str(tmp_path), "--path.sysfs", str(tmp_path), "--listen-address",
                    "127.0.0.1:0", "--log-level", "error"],
     }[command]  # fmt: skip
