@@ -61,6 +61,18 @@ def test_prometheus_shows_every_node_with_the_numbers_each_exporter_serves(
     demo = nodes[instances[0]]
     shared = [c for c in demo["containers"] if c["gpu_shared"]]
     assert shared and all(c["gpu_memory_used_bytes"] for c in shared)
+    # DRA devices through Prometheus too; the containers not listed are counted.
+    reranker = next(c for c in demo["containers"] if c["pod"] == "dra-reranker")
+    assert sorted(d["device_id"] for d in reranker["devices"] if d["dra"]) == [
+        "gpu-node-a1/eth2",
+        "gpu-node-a1/gpu-0",
+        "gpu-node-a1/gpu-1",
+    ]
+    listed = {(c["namespace"], c["pod"], c["container"]) for c in demo["containers"]}
+    assert demo["containers_unplaced"] == demo["containers_total"] - len(
+        {h for h in listed if h[2]}
+    )
+    assert demo["containers_unplaced"] > 0
 
     rc, out, _ = top_json(capsys, "--prometheus", prom.url, "--once", "--pod", "pinned")
     lines = out.splitlines()

@@ -49,6 +49,10 @@ def dra_only() -> TopData:
             claim(RERANK, "nic", "dra.net", "eth2"),
             claim(ROUTER, "nic-b", "dra.net", "eth2"),
             claim({**ROUTER, "container": "sidecar"}, "old-style"),
+            s("podres_dra_devices", 2, driver="gpu.example.com", pool="node-a", state="allocated"),
+            s("podres_dra_devices", 0, driver="gpu.example.com", pool="node-a", state="shared"),
+            s("podres_dra_devices", 1, driver="dra.net", pool="node-a", state="allocated"),
+            s("podres_dra_devices", 1, driver="dra.net", pool="node-a", state="shared"),
         )
     )
 
@@ -75,6 +79,19 @@ def test_dra_devices_are_device_rows_with_their_holders() -> None:
     assert [h.pod for h in nic.holders] == ["rerank-0", "router-0"]
     assert nic.claims == ("ml/nic", "ml/nic-b")
     assert rows["node-a/gpu-0"].state == "allocated"
+
+
+def test_the_header_counts_dra_devices_in_use_per_driver() -> None:
+    """The devices line of the header counts the DRA devices in use, and those shared."""
+    text = render(dra_only(), Options(), 160)
+    devices = next(x for x in text.splitlines() if x.startswith(" devices free"))
+    assert "dra.net (DRA) 1 held (1 shared)" in devices
+    assert "gpu.example.com (DRA) 2 held" in devices
+    counts = to_json(dra_only(), Options())["nodes"][0]["device_counts"]
+    assert {(d["resource"], d["allocated"], d["shared"]) for d in counts if d["dra"]} == {
+        ("dra.net", 1, 1),
+        ("gpu.example.com", 2, 0),
+    }
 
 
 def test_dra_devices_in_both_views_and_json() -> None:

@@ -62,6 +62,8 @@ def _header_json(h: NodeHeader) -> dict[str, Any]:
                 "allocated": d.allocated,
                 "unallocated": d.unallocated,
                 "allocated_unhealthy": d.allocated_unhealthy,
+                "dra": d.dra,
+                "shared": d.shared,
             }
             for d in h.devices
         ],

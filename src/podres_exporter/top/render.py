@@ -36,6 +36,7 @@ from podres_exporter.top.cells import (
     fmt_bytes,
     fmt_pair,
     longest_piece,
+    resource_text,
     wrap_cells,
 )
 from podres_exporter.top.rows import ContainerRow, NodeHeader, TopData
@@ -135,12 +136,15 @@ def header_lines(h: NodeHeader, width: int) -> list[str]:
     if h.devices:
         dev_items = []
         for d in h.devices:
+            name = resource_text(d.resource, dra=d.dra, short=False)
             if d.unallocated is None or d.allocatable is None:
-                item = f"{d.resource} {d.allocated} held"
+                item = f"{name} {d.allocated} held"
             else:
-                item = f"{d.resource} {d.unallocated}/{d.allocatable}"
+                item = f"{name} {d.unallocated}/{d.allocatable}"
             if d.allocated_unhealthy:
                 item += f" ({d.allocated_unhealthy} held unhealthy)"
+            if d.shared:
+                item += f" ({d.shared} shared)"
             dev_items.append(item)
         lines += _wrap(label["devices"], dev_items, width)
     if h.memory:

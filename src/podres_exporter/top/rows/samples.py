@@ -23,6 +23,7 @@ BUSY_COUNTER = "podres_cpu_busy_seconds_total"
 CPU_SOURCE_STAMP = "podres_source_last_success_timestamp_seconds"
 # One series per device of a DRA claim and the container using it.
 DRA_INFO = "podres_container_dynamic_resource_info"
+DRA_DEVICES = "podres_dra_devices"  # distinct DRA devices in use per driver, pool and state
 
 # The metrics top reads; the Prometheus source asks for each (the busy counter as a rate).
 METRICS = (
@@ -37,6 +38,7 @@ METRICS = (
     "podres_node_device_info",
     "podres_container_device_info",
     DRA_INFO,
+    DRA_DEVICES,
     "podres_node_memory_bytes",
     "podres_container_memory_bytes",
     "podres_container_numa_aligned",
