@@ -310,7 +310,7 @@ def _empty_message(data: TopData, options: Options) -> str:  # noqa: PLR0911 - o
     if pods == 0:
         return "no pods on this node: the kubelet lists none"
     return (
-        "no pods on this node hold exclusive CPUs, devices or pinned memory "
+        "no pods on this node hold exclusive CPUs, devices, DRA claims or pinned memory "
         f"({pods} pods, all in the shared CPU pool)"
     )
 
