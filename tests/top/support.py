@@ -14,6 +14,10 @@ def assert_header_matches(node: dict[str, Any], ours: Samples) -> None:
         key = frozenset({("numa_node", c["numa_node"]), ("pool", "shared_free")})
         assert c["shared_free"] == select(ours, "podres_node_cpus")[key]
     for d in node["device_counts"]:
+        if d["dra"]:  # held DRA devices per driver: podres_dra_devices
+            held = select(ours, "podres_dra_devices", driver=d["resource"], state="allocated")
+            assert d["allocated"] == sum(held.values())
+            continue
         free = select(ours, "podres_node_devices", resource=d["resource"], state="unallocated")
         assert d["unallocated"] == sum(free.values())
 

@@ -84,11 +84,12 @@ def started(
 
 
 def holders_in(samples: Samples) -> set[tuple[str, str, str]]:
-    """Containers the exporter says hold exclusive CPUs, devices or pinned memory."""
+    """Containers the exporter says hold exclusive CPUs, devices, DRA claims or pinned memory."""
     out = set()
     for name in (
         "podres_container_exclusive_cpus",
         "podres_container_device_info",
+        "podres_container_dynamic_resource_info",
         "podres_container_memory_bytes",
     ):
         for labels in select(samples, name):
@@ -144,7 +145,8 @@ def test_exporter_table_filters_sort_and_views(
         "--resource", "gpu", "--interval", "0.2",
     )  # fmt: skip
     rows = filtered.stdout.split("NAMESPACE", 1)[1].splitlines()[1:]
-    assert rows and all(r.startswith("ml-") for r in rows if r and not r.startswith("*"))
+    rows = [r for r in rows if r and not r.startswith(("*", "+ ", "  "))]  # not the notes
+    assert rows and all(r.startswith("ml-") for r in rows)
     assert not any("upf" in r or "clickhouse" in r for r in rows)
     devices = run(
         capsys,

@@ -137,7 +137,7 @@ def table_rows(screen: str, header: str) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith(header))
     rows = []
     for line in lines[start + 1 :]:
-        if not line.strip() or line.startswith(("rows ", "* ", "q quit")):
+        if not line.strip() or line.startswith(("rows ", "* ", "+ ", "q quit")):
             break
         rows.append(line)
     return rows

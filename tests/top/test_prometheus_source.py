@@ -61,12 +61,25 @@ def test_prometheus_shows_every_node_with_the_numbers_each_exporter_serves(
     demo = nodes[instances[0]]
     shared = [c for c in demo["containers"] if c["gpu_shared"]]
     assert shared and all(c["gpu_memory_used_bytes"] for c in shared)
+    # DRA devices through Prometheus too; the containers not listed are counted.
+    reranker = next(c for c in demo["containers"] if c["pod"] == "dra-reranker")
+    assert sorted(d["device_id"] for d in reranker["devices"] if d["dra"]) == [
+        "gpu-node-a1/eth2",
+        "gpu-node-a1/gpu-0",
+        "gpu-node-a1/gpu-1",
+    ]
+    listed = {(c["namespace"], c["pod"], c["container"]) for c in demo["containers"]}
+    assert demo["containers_unplaced"] == demo["containers_total"] - len(
+        {h for h in listed if h[2]}
+    )
+    assert demo["containers_unplaced"] > 0
 
     rc, out, _ = top_json(capsys, "--prometheus", prom.url, "--once", "--pod", "pinned")
     lines = out.splitlines()
     assert rc == 0 and lines[0].startswith(min(instances)), "a header per node, in order"
     assert sum(line.startswith(tuple(instances)) for line in lines) == 3, "2 headers, 1 row"
     table = lines[next(i for i, x in enumerate(lines) if x.startswith("NODE ")) :]
+    table = [x for x in table if not x.startswith(("+ ", "  "))]  # not the unplaced note
     assert len(table) == 2 and table[1].startswith(instances[1]) and "pinned" in table[1]
 
     rc, out, _ = top_json(capsys, "--prometheus", prom.url, "--node", instances[1], "-o", "json")

@@ -118,7 +118,7 @@ def test_frame_cut_to_height_scrolls_and_lists_keys(make_sim: MakeSim) -> None:
     ("keep", "message"),
     [
         ((), "no pods on this node: the kubelet lists none"),
-        (("shared",), "no pods on this node hold exclusive CPUs, devices or pinned memory (1 pods"),
+        (("shared",), "no pods on this node hold exclusive CPUs, devices, DRA claims or pinned"),
     ],
 )
 def test_empty_node_says_so(keep: tuple[str, ...], message: str, make_sim: MakeSim) -> None:

@@ -1,7 +1,10 @@
 """``podres top -o json``: the rows of one reading as a JSON document. Pure.
 
-One object per node: its header numbers, then its container and device rows,
-filtered and sorted by :func:`~.selection.select` as the table shows them.
+One object per node: its header numbers, how many of its containers have no row
+(``containers_unplaced``: nothing placed), then its container and device rows, filtered
+and sorted by :func:`~.selection.select` as the table shows them. DRA devices are among
+the devices, with ``"dra": true``; a DRA device's resource is its driver, its id
+``pool/device``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ def to_json(data: TopData, options: Options) -> dict[str, Any]:
     out_nodes = [
         {
             **_header_json(n.header),
+            "containers_unplaced": n.unplaced,
             "containers": [_container_json(r) for r in containers if r.node == n.header.node],
             "devices": [_device_json(d) for d in devices if d.node == n.header.node],
         }
@@ -58,6 +62,8 @@ def _header_json(h: NodeHeader) -> dict[str, Any]:
                 "allocated": d.allocated,
                 "unallocated": d.unallocated,
                 "allocated_unhealthy": d.allocated_unhealthy,
+                "dra": d.dra,
+                "shared": d.shared,
             }
             for d in h.devices
         ],
@@ -84,9 +90,15 @@ def _container_json(r: ContainerRow) -> dict[str, Any]:
         "numa_nodes": list(r.numa_nodes),
         "numa_aligned": r.aligned,
         "devices": [
-            {"resource": d.resource, "device_id": d.device_id, "numa_node": d.numa_node}
+            {
+                "resource": d.resource,
+                "device_id": d.device_id,
+                "numa_node": d.numa_node,
+                "dra": d.dra,
+            }
             for d in r.devices
         ],
+        "dra_claims": list(r.claims),
         "memory_bytes": dict(r.memory),
         "gpu_utilization_ratio": r.gpu_util,
         "gpu_memory_used_bytes": r.gpu_mem_used,
@@ -107,6 +119,8 @@ def _device_json(d: DeviceRow) -> dict[str, Any]:
         "utilization_ratio": d.util,
         "memory_used_bytes": d.mem_used,
         "memory_total_bytes": d.mem_total,
+        "dra": d.dra,
+        "dra_claims": list(d.claims),
     }
 
 

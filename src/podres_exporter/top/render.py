@@ -17,18 +17,44 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from podres_exporter.core.kube import BINARY_SUFFIXES
-from podres_exporter.core.model import Holder
 from podres_exporter.core.printable import printable
-from podres_exporter.top.rows import ContainerRow, DeviceRow, NodeHeader, TopData
+from podres_exporter.top.cells import (
+    ELLIPSIS,
+    NARROW,
+    Col,
+    container_cells,
+    crop_middle,
+    device_cells,
+    fmt_age,
+    fmt_bytes,
+    fmt_pair,
+    longest_piece,
+    resource_text,
+    wrap_cells,
+)
+from podres_exporter.top.rows import ContainerRow, NodeHeader, TopData
 from podres_exporter.top.selection import Options, select, sort_direction
+
+# Re-exported: the tests and the callers of render take them from here.
+__all__ = [
+    "HELP",
+    "Screen",
+    "container_cells",
+    "crop_middle",
+    "device_cells",
+    "fmt_age",
+    "fmt_bytes",
+    "fmt_pair",
+    "header_lines",
+    "render",
+]
 
 # The key help, longest first: the first that fits the width is shown.
 HELP = (
@@ -36,10 +62,8 @@ HELP = (
     "w wide  j/k scroll",
     "q quit  v view  s sort  I invert  n/p/r filter  c clear  w wide  j/k scroll",
 )
-_ELLIPSIS = "…"
-_NARROW = 120  # below this width: one space between columns, NUMA and ALIGN in one column
-_SHORT = 120  # below this width: resource names without their vendor domain
-# Header labels, wide and narrow (below _NARROW columns).
+_WRAP_FLOOR = 48  # the widest a wrapping column insists on: a MIG UUID, a PCI path
+# Header labels, wide and narrow (below NARROW columns).
 _LABELS = {
     False: {"cpus": " shared CPUs free", "devices": " devices free", "memory": " memory free"},
     True: {"cpus": " cpu free", "devices": " dev free", "memory": " mem free"},
@@ -55,68 +79,6 @@ class Screen:
     prompt: str | None = None
 
 
-# ---------------------------------------------------------------- formatting
-
-
-# Up to Ti: no node has a Pi of memory to show.
-_UNITS_LARGEST_FIRST = tuple(
-    (unit, size) for unit, size in reversed(BINARY_SUFFIXES.items()) if size <= 2**40
-)
-
-
-def fmt_bytes(value: float | None) -> str:
-    """Bytes in binary units: ``192Gi``, ``12.1Gi``, ``512Mi``; ``-`` when unknown."""
-    if value is None:
-        return "-"
-    for unit, size in _UNITS_LARGEST_FIRST:
-        if abs(value) >= size:
-            x = value / size
-            return f"{x:.0f}{unit}" if x >= 100 or x == int(x) else f"{x:.1f}{unit}"
-    return f"{value:.0f}B"
-
-
-def fmt_pair(used: float | None, total: float | None) -> str:
-    """``used/total`` in the unit of ``total``: ``57.8/79.6Gi``."""
-    if used is None:
-        return "-"
-    if total is None or total <= 0:
-        return fmt_bytes(used)
-    whole = fmt_bytes(total)
-    unit = whole.lstrip("0123456789.")
-    size = BINARY_SUFFIXES.get(unit, 1)
-    x = used / size
-    part = f"{x:.0f}" if x >= 100 or x == int(x) else f"{x:.1f}"
-    return f"{part}/{whole}"
-
-
-def fmt_ratio(value: float | None) -> str:
-    """A 0-1 share as a percentage: ``87%``; ``-`` when unknown."""
-    return "-" if value is None else f"{value * 100:.0f}%"
-
-
-def fmt_age(seconds: float | None) -> str:
-    """``0.4s``, ``12s``, ``3m05s``, ``2h10m``; ``?`` when unknown."""
-    if seconds is None:
-        return "?"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-
-
-def short_resource(resource: str) -> str:
-    """``nvidia.com/gpu`` -> ``gpu``: the name without its vendor domain."""
-    return resource.rpartition("/")[2] or resource
-
-
-def holder_text(h: Holder) -> str:
-    """``namespace/pod/container`` (``namespace/pod`` without a container), unescaped."""
-    return f"{h.namespace}/{h.pod}/{h.container}" if h.container else f"{h.namespace}/{h.pod}"
-
-
 def _crop(text: str, width: int) -> str:
     """One line of ``text`` (made :func:`printable`) cut at ``width`` with an ellipsis."""
     text = printable(text)
@@ -127,25 +89,14 @@ def _crop(text: str, width: int) -> str:
         if cell_len(out + ch) > width - 1:
             break
         out += ch
-    return out + _ELLIPSIS
-
-
-def crop_middle(text: str, width: int) -> str:
-    """Cut the middle out of ``text`` to fit ``width``: names differ at their ends."""
-    if cell_len(text) <= width:
-        return text
-    if width <= 1:
-        return _ELLIPSIS[:width]
-    tail = (width - 1) // 2
-    head = width - 1 - tail
-    return text[:head] + _ELLIPSIS + (text[-tail:] if tail else "")
+    return out + ELLIPSIS
 
 
 def _wrap(label: str, items: Sequence[str], width: int, hang: int = 0) -> list[str]:
     """``label`` then ``items`` (made :func:`printable`) packed two spaces apart, continued
     ``hang`` past the first."""
     items = [printable(item) for item in items]
-    label_width = 10 if width < _NARROW else 19
+    label_width = 10 if width < NARROW else 19
     indent = " " * (label_width + hang)
     lines: list[str] = []
     line = ""
@@ -172,7 +123,7 @@ def header_lines(h: NodeHeader, width: int) -> list[str]:
     if h.pods is not None:
         status.append(f"{h.pods} pods, {h.containers or 0} containers")
     lines = [_crop("   ".join(status), width)]
-    label = _LABELS[width < _NARROW]
+    label = _LABELS[width < NARROW]
     if h.cpus:
         cpu_items = [f"numa{c.numa_node} {c.shared_free}/{c.allocatable}" for c in h.cpus]
         cpu_items.append(
@@ -185,12 +136,15 @@ def header_lines(h: NodeHeader, width: int) -> list[str]:
     if h.devices:
         dev_items = []
         for d in h.devices:
+            name = resource_text(d.resource, dra=d.dra, short=False)
             if d.unallocated is None or d.allocatable is None:
-                item = f"{d.resource} {d.allocated} held"
+                item = f"{name} {d.allocated} held"
             else:
-                item = f"{d.resource} {d.unallocated}/{d.allocatable}"
+                item = f"{name} {d.unallocated}/{d.allocatable}"
             if d.allocated_unhealthy:
                 item += f" ({d.allocated_unhealthy} held unhealthy)"
+            if d.shared:
+                item += f" ({d.shared} shared)"
             dev_items.append(item)
         lines += _wrap(label["devices"], dev_items, width)
     if h.memory:
@@ -209,44 +163,45 @@ def header_lines(h: NodeHeader, width: int) -> list[str]:
 # ---------------------------------------------------------------- tables
 
 
-@dataclass(frozen=True, slots=True)
-class _Col:
-    header: str
-    elastic: bool = False  # shrinks (with an ellipsis) when the table is too wide
-    right: bool = False
-    min_width: int = 0
-    middle: bool = False  # cut in the middle, not at the end, when too long
-
-
-def _fit(cols: Sequence[_Col], cells: Sequence[Sequence[str]], width: int, gap: int) -> list[int]:
-    """Column widths: each column's natural width, the elastic ones shrunk to fit ``width``."""
+def _fit(
+    cols: Sequence[Col],
+    cells: Sequence[Sequence[str]],
+    width: int,
+    gap: int,
+    floors: Sequence[int] = (),
+) -> list[int]:
+    """Column widths: each column's natural width, the elastic ones shrunk to fit ``width``:
+    first down to ``floors`` (where given), then, if still too wide, to their minimum."""
     natural = [
         max([cell_len(c.header)] + [cell_len(row[i]) for row in cells]) for i, c in enumerate(cols)
     ]
     widths = list(natural)
     excess = sum(widths) + gap * (len(cols) - 1) - width
-    while excess > 0:
-        # Take one column of the widest elastic column above its minimum, until it fits.
-        candidates = [
-            i
-            for i, c in enumerate(cols)
-            if c.elastic and widths[i] > max(c.min_width, min(cell_len(c.header), 6), 4)
-        ]
-        if not candidates:
-            break
-        widest = max(candidates, key=lambda i: (widths[i], -i))
-        widths[widest] -= 1
-        excess -= 1
+    for tier in (floors, ()):
+        while excess > 0:
+            # Take one column of the widest elastic column above its minimum, until it fits.
+            candidates = [
+                i
+                for i, c in enumerate(cols)
+                if c.elastic
+                and widths[i]
+                > max(c.min_width, min(cell_len(c.header), 6), 4, tier[i] if tier else 0)
+            ]
+            if not candidates:
+                break
+            widest = max(candidates, key=lambda i: (widths[i], -i))
+            widths[widest] -= 1
+            excess -= 1
     return widths
 
 
 def _table(
-    cols: Sequence[_Col],
+    cols: Sequence[Col],
     cells: Sequence[Sequence[str]],
     width: int,
     styles: Sequence[Callable[[str], str]] | None = None,
 ) -> Table:
-    gap = 1 if width < _NARROW else 2
+    gap = 1 if width < NARROW else 2
     cells = [[printable(v) for v in row] for row in cells]
     widths = _fit(cols, cells, width, gap)
     cells = [
@@ -278,24 +233,24 @@ def _table(
     return table
 
 
-def _plain_table(cols: Sequence[_Col], cells: Sequence[Sequence[str]], width: int) -> list[str]:
+def _plain_table(cols: Sequence[Col], cells: Sequence[Sequence[str]], width: int) -> list[str]:
     """The lines rich draws for :func:`_table` without styles, or [] when rich must lay
     it out (the columns do not fit ``width``). Thousands of rows through rich take
     seconds; this takes milliseconds.
     """
-    gap = 1 if width < _NARROW else 2
+    gap = 1 if width < NARROW else 2
     cells = [[printable(v) for v in row] for row in cells]
     widths = _fit(cols, cells, width, gap)
     if sum(widths) + gap * (len(cols) - 1) > width:
         return []
     sep = " " * gap
 
-    def cell(text: str, c: _Col, w: int) -> str:
+    def cell(text: str, c: Col, w: int) -> str:
         if c.middle:
             text = crop_middle(text, w)
         size = cell_len(text)
         if size > w:
-            return set_cell_size(text, w - 1) + _ELLIPSIS
+            return set_cell_size(text, w - 1) + ELLIPSIS
         pad = " " * (w - size)
         return pad + text if c.right else text + pad
 
@@ -306,116 +261,25 @@ def _plain_table(cols: Sequence[_Col], cells: Sequence[Sequence[str]], width: in
     return lines
 
 
-def _devices_text(r: ContainerRow, wide: bool, short: bool) -> str:
-    if wide:
-        by_res: dict[str, list[str]] = {}
-        for d in r.devices:
-            by_res.setdefault(d.resource, []).append(d.device_id)
-        return "  ".join(f"{res}: {','.join(ids)}" for res, ids in by_res.items())
-    return ", ".join(
-        f"{short_resource(res) if short else res}: {n}" for res, n in r.device_counts()
-    )
-
-
-def _aligned(value: bool | None) -> str:
-    return {True: "yes", False: "NO", None: ""}[value]
-
-
-def container_cells(
-    rows: Sequence[ContainerRow], *, wide: bool, multi_node: bool, width: int
-) -> tuple[list[_Col], list[list[str]]]:
-    """The containers view: columns and cell texts (raw: :func:`_table` escapes them).
-
-    Below ``_NARROW`` columns NUMA and ALIGN share a column (``0,1!``: not aligned).
-    """
-    narrow, short = width < _NARROW, width < _SHORT
-    cols = [
-        _Col("NAMESPACE", elastic=True, min_width=6),
-        _Col("POD", elastic=True, min_width=16, middle=True),
-        _Col("CONTAINER", elastic=True, min_width=8),
-        _Col("CPUS", elastic=True, min_width=5),
-        _Col("BUSY", right=True),
-        _Col("NUMA"),
-        _Col("ALIGN"),
-        _Col("DEVICES", elastic=True, min_width=7),
-        _Col("GPU%", right=True),
-        _Col("GPU MEM", right=True),
+def _wrapped(
+    cols: Sequence[Col], cells: Sequence[Sequence[str]], width: int
+) -> tuple[list[Col], list[list[str]], list[int]]:
+    """``cells`` with the cells of wrapping columns (wide mode's ids) folded onto
+    continuation lines to fit ``width``: the columns to lay them out with, the lines,
+    and for each line the index of its row."""
+    if not any(c.wrap for c in cols):
+        return list(cols), [list(row) for row in cells], list(range(len(cells)))
+    cells = [[printable(v) for v in row] for row in cells]
+    # A wrapping column keeps room for its longest piece (an id, mostly; up to a cap) while
+    # other columns can shrink; only then are its ids folded over lines.
+    floors = [
+        min(_WRAP_FLOOR, max((longest_piece(row[i]) for row in cells), default=0)) if c.wrap else 0
+        for i, c in enumerate(cols)
     ]
-    if wide:
-        cols.append(_Col("PINNED MEMORY", elastic=True, min_width=8))
-    if multi_node:
-        cols.insert(0, _Col("NODE", elastic=True, min_width=6, middle=True))
-    numa_at = [c.header for c in cols].index("NUMA")
-    if narrow:
-        del cols[numa_at + 1]
-    cells = []
-    for r in rows:
-        mark = "*" if r.gpu_shared else ""
-        row = [
-            r.namespace,
-            r.pod,
-            r.container or ("(pod)" if r.shared_pool is None else "(pod pool)"),
-            r.cpulist or "-",
-            fmt_ratio(r.busy) if r.cpus else "",
-            ",".join(r.numa_nodes) or "-",
-            _aligned(r.aligned),
-            _devices_text(r, wide, short) or "-",
-            fmt_ratio(r.gpu_util) + mark if r.gpu_util is not None else "",
-            fmt_pair(r.gpu_mem_used, r.gpu_mem_total) + mark if r.gpu_mem_used is not None else "",
-        ]
-        if wide:
-            row.append(", ".join(f"{t} {fmt_bytes(v)}" for t, v in r.memory) or "-")
-        if multi_node:
-            row.insert(0, r.node)
-        if narrow:
-            aligned = row.pop(numa_at + 1)
-            row[numa_at] += "!" if aligned == "NO" else ""
-        cells.append(row)
-    return cols, cells
-
-
-def device_cells(
-    rows: Sequence[DeviceRow], *, wide: bool, multi_node: bool, width: int
-) -> tuple[list[_Col], list[list[str]]]:
-    """The devices view: columns and cell texts (raw: :func:`_table` escapes them)."""
-    short = width < _SHORT
-    cols = [
-        _Col("RESOURCE", elastic=True, min_width=8),
-        _Col("DEVICE", elastic=True, min_width=12, middle=True),
-        _Col("NUMA"),
-        _Col("HEALTH"),
-        _Col("HOLDER", elastic=True, min_width=12, middle=True),
-        _Col("UTIL", right=True),
-    ]
-    if wide:
-        cols += [
-            _Col("GPU MEM", right=True),
-            _Col("STATE"),
-            _Col("PHYSICAL", elastic=True, middle=True),
-        ]
-    if multi_node:
-        cols.insert(0, _Col("NODE", elastic=True, min_width=6, middle=True))
-    cells = []
-    for r in rows:
-        row = [
-            short_resource(r.resource) if short else r.resource,
-            r.device_id,
-            r.numa_node,
-            "ok" if r.healthy else "UNHEALTHY",
-            ", ".join(holder_text(h) for h in r.holders) or "free",
-            fmt_ratio(r.util) if r.util is not None else "",
-        ]
-        if wide:
-            physical = r.physical_id if r.physical_id and r.physical_id != r.device_id else ""
-            row += [
-                fmt_pair(r.mem_used, r.mem_total) if r.mem_used is not None else "",
-                r.state,
-                physical,
-            ]
-        if multi_node:
-            row.insert(0, r.node)
-        cells.append(row)
-    return cols, cells
+    widths = _fit(cols, cells, width, 1 if width < NARROW else 2, floors)
+    lines, owner = wrap_cells(cols, cells, widths)
+    # Folded to their width, the wrapping columns are not shrunk again when laid out.
+    return [replace(c, elastic=False) if c.wrap else c for c in cols], lines, owner
 
 
 def _style(value: str) -> str:
@@ -446,17 +310,33 @@ def _empty_message(data: TopData, options: Options) -> str:  # noqa: PLR0911 - o
     if pods == 0:
         return "no pods on this node: the kubelet lists none"
     return (
-        "no pods on this node hold exclusive CPUs, devices or pinned memory "
+        "no pods on this node hold exclusive CPUs, devices, DRA claims or pinned memory "
         f"({pods} pods, all in the shared CPU pool)"
     )
 
 
-def _footnotes(shown: Sequence[ContainerRow], options: Options, width: int) -> list[str]:
-    """What the marks in the containers shown mean."""
-    notes = []
+def _unplaced_notes(data: TopData) -> list[str]:
+    """How many containers the headers count have no row, and how to list them."""
+    if not any(n.containers for n in data.nodes):
+        return []  # the empty message says why
+    hidden = sum(n.unplaced or 0 for n in data.nodes)
+    if not hidden:
+        return []
+    return [
+        f"+ {hidden} more container{'s hold' if hidden > 1 else ' holds'} nothing placed "
+        "(shared CPU pool only): not listed",
+        "  list every pod: kubectl get pods -A -o wide",
+    ]
+
+
+def _footnotes(
+    data: TopData, shown: Sequence[ContainerRow], options: Options, width: int
+) -> list[str]:
+    """What the marks in the containers shown mean, and what the table leaves out."""
+    notes = _unplaced_notes(data) if options.view == "containers" else []
     if options.view == "containers" and any(r.gpu_shared for r in shown):
         notes.append("* its share of a GPU that other containers hold too")
-    if options.view == "containers" and width < _NARROW and any(r.aligned is False for r in shown):
+    if options.view == "containers" and width < NARROW and any(r.aligned is False for r in shown):
         notes.append("! not NUMA-aligned: its CPUs, devices and memory are on different nodes")
     return [_crop(n, width) for n in notes]
 
@@ -525,18 +405,24 @@ def render(
         cols, cells = device_cells(devices, wide=options.wide, multi_node=multi, width=width)
     else:
         cols, cells = container_cells(containers, wide=options.wide, multi_node=multi, width=width)
+    cols, cells, owner = _wrapped(cols, cells, width)
     tail = _tail_lines(width, screen)
     first, shown = 0, cells
     position: list[str] = []
     if height is not None and cells:
-        notes = len(_footnotes(containers, options, width))
+        notes = len(_footnotes(data, containers, options, width))
         room = max(1, height - len(top) - notes - len(tail) - 3)  # blank, header, position
         first = max(0, min(screen.offset if screen else 0, max(0, len(cells) - room)))
         if len(cells) > room:
             shown = cells[first : first + room]
-            position = [f"rows {first + 1}-{first + len(shown)} of {len(cells)} (j/k to scroll)"]
-    visible = containers[first : first + len(shown)] if options.view == "containers" else ()
-    bottom = position + _footnotes(visible, options, width) + tail
+            what = "lines" if len(cells) > len(set(owner)) else "rows"
+            position = [f"{what} {first + 1}-{first + len(shown)} of {len(cells)} (j/k to scroll)"]
+    visible = (
+        [containers[i] for i in sorted(set(owner[first : first + len(shown)]))]
+        if options.view == "containers"
+        else []
+    )
+    bottom = position + _footnotes(data, visible, options, width) + tail
     console = Console(
         width=width,
         file=io.StringIO(),

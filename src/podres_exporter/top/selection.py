@@ -98,7 +98,7 @@ _DEVICE_SORTS: Mapping[str, tuple[Callable[[DeviceRow], Any], bool]] = {
     "resource": (lambda r: (r.resource, natural_key(r.device_id)), False),
     "id": (lambda r: natural_key(r.device_id), False),
     "numa": (lambda r: numa_key(r.numa_node), False),
-    "health": (lambda r: (r.healthy, r.state != "allocated_unhealthy"), False),
+    "health": (lambda r: (r.healthy is not False, r.state != "allocated_unhealthy"), False),
     "holder": (lambda r: r.holders or None, False),
     "util": (lambda r: r.util, True),
 }

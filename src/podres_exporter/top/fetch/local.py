@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from podres_exporter.sources.gpu import GpuBackend
 
 # Collectors whose metrics top does not show: the local source leaves them off.
-UNSHOWN_COLLECTORS = frozenset({"build", "dra", "pci", "net", "infiniband"})
+UNSHOWN_COLLECTORS = frozenset({"build", "pci", "net", "infiniband"})
 
 
 TOP_SOCKET_HINT = (

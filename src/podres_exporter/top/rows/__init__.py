@@ -20,10 +20,12 @@ Which metric feeds which value (docs/metrics.md has each metric):
   ``podres_container_memory_bytes``, ``podres_container_numa_aligned``, holder-labelled
   ``podres_gpu_utilization_ratio`` / ``podres_gpu_memory_{used,total}_bytes`` and, for a
   GPU shared with others, the holder's ``podres_gpu_holder_sm_utilization_ratio`` /
-  ``podres_gpu_holder_memory_used_bytes``;
+  ``podres_gpu_holder_memory_used_bytes``; ``podres_container_dynamic_resource_info``
+  (the devices of its DRA claims);
 - device rows: ``podres_node_device_info`` (state, hence health and "free"),
   ``podres_container_device_info`` (holders), ``podres_device_resolution_info`` (the
-  physical device of an id) to find ``podres_gpu_*`` / ``podres_drm_busy_ratio`` values.
+  physical device of an id) to find ``podres_gpu_*`` / ``podres_drm_busy_ratio`` values;
+  ``podres_container_dynamic_resource_info`` (a row per DRA device in use, with its holders).
 
 Samples carrying a ``node`` label (or else an ``instance`` label, as Prometheus adds)
 are grouped by it; samples with neither belong to the reading's ``origin``.

@@ -10,9 +10,12 @@ from podres_exporter.core.cpulist import format_cpulist
 from podres_exporter.core.model import Holder
 from podres_exporter.top.rows.busy import mean_busy
 from podres_exporter.top.rows.samples import (
+    DRA_INFO,
     AnySample,
     Index,
     by_uuid,
+    claim_of,
+    dra_device,
     holder_of,
     natural_key,
     numas,
@@ -23,24 +26,28 @@ from podres_exporter.top.rows.samples import (
 class DeviceHolding:
     """One device a container row holds: its resource, id and NUMA node.
 
-    An entry of :attr:`ContainerRow.devices` (from ``podres_container_device_info``);
-    the holder is the row's container.
+    An entry of :attr:`ContainerRow.devices`, from ``podres_container_device_info``, or,
+    with ``dra``, from ``podres_container_dynamic_resource_info``: a device of a DRA claim,
+    its resource the claim's driver and its id ``pool/device`` (NUMA node ``none``: the
+    kubelet reports none for DRA devices). The holder is the row's container.
     """
 
     resource: str
     device_id: str
     numa_node: str
+    dra: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerRow:
-    """One container that holds exclusive CPUs, devices or pinned memory.
+    """One container that holds exclusive CPUs, devices, DRA claims or pinned memory.
 
     ``busy``: mean busy share (0-1) of its exclusive CPUs, None when unknown (a single
     reading, no exclusive CPUs). ``gpu_util`` / ``gpu_mem_*``: over the GPUs (and MIG
     instances) it holds; ``gpu_shared`` when some value is its share of a GPU that
     others hold too. ``shared_pool``: for a pod's own row (container ``""``) of a pod
     with a pod-level CPU set, how many CPUs its private shared pool has; else None.
+    ``claims``: the DRA claims it uses (``namespace/name``), with or without devices.
     """
 
     node: str
@@ -58,6 +65,7 @@ class ContainerRow:
     gpu_mem_total: float | None = None
     gpu_shared: bool = False
     shared_pool: int | None = None
+    claims: tuple[str, ...] = ()
 
     @property
     def holder(self) -> Holder:
@@ -69,11 +77,17 @@ class ContainerRow:
         return format_cpulist(self.cpus)
 
     def device_counts(self) -> tuple[tuple[str, int], ...]:
-        """(resource, how many) per resource held, sorted by resource."""
+        """(resource, how many) per resource held, sorted by resource (a DRA device's
+        resource is its driver)."""
         counts: dict[str, int] = defaultdict(int)
         for d in self.devices:
             counts[d.resource] += 1
         return tuple(sorted(counts.items()))
+
+    @property
+    def dra_drivers(self) -> frozenset[str]:
+        """The DRA drivers of the devices it holds through claims."""
+        return frozenset(d.resource for d in self.devices if d.dra)
 
     @property
     def pinned_bytes(self) -> float:
@@ -86,6 +100,8 @@ class _Acc:
 
     cpus: dict[int, str] = field(default_factory=dict)
     devices: dict[tuple[str, str], str] = field(default_factory=dict)
+    dra: set[tuple[str, str]] = field(default_factory=set)
+    claims: set[str] = field(default_factory=set)
     memory: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     memory_numa: set[str] = field(default_factory=set)
     aligned: bool | None = None
@@ -116,6 +132,11 @@ def _gather(idx: Index) -> dict[Holder, _Acc]:
     for h, s in _held(idx.get("podres_container_device_info")):
         key = (s.labels.get("resource", ""), s.labels.get("device_id", ""))
         acc[h].devices[key] = s.labels.get("numa_node", "none")
+    for h, s in _held(idx.get(DRA_INFO)):
+        acc[h].claims.add(claim_of(s.labels))
+        device = dra_device(s.labels)
+        if device is not None:
+            acc[h].dra.add(device)
     for h, s in _held(idx.get("podres_container_memory_bytes")):
         acc[h].memory[s.labels.get("memory_type", "")] += s.value
         acc[h].memory_numa.update(numas(s.labels.get("numa_node", "")))
@@ -203,18 +224,23 @@ def _container_row(
         busy=mean_busy(h, a.cpus, busy),
         numa_nodes=tuple(sorted(numa, key=natural_key)),
         aligned=a.aligned,
-        devices=tuple(
-            DeviceHolding(r, d, n)
-            for (r, d), n in sorted(
-                a.devices.items(), key=lambda kv: (kv[0][0], natural_key(kv[0][1]))
-            )
-        ),
+        devices=_holdings(a),
         memory=tuple(sorted(a.memory.items(), key=lambda kv: (kv[0] != "memory", kv[0]))),
         gpu_util=gpu_util,
         gpu_mem_used=gpu_used,
         gpu_mem_total=gpu_total,
         gpu_shared=shared,
         shared_pool=a.shared_pool,
+        claims=tuple(sorted(a.claims)),
+    )
+
+
+def _holdings(a: _Acc) -> tuple[DeviceHolding, ...]:
+    """A container's devices, device-plugin then DRA, each by resource and id."""
+    plugin = sorted(a.devices.items(), key=lambda kv: (kv[0][0], natural_key(kv[0][1])))
+    dra = sorted(a.dra, key=lambda rd: (rd[0], natural_key(rd[1])))
+    return tuple(DeviceHolding(r, d, n) for (r, d), n in plugin) + tuple(
+        DeviceHolding(r, d, "none", dra=True) for r, d in dra
     )
 
 

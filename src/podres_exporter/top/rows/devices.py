@@ -6,7 +6,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from podres_exporter.core.model import Holder
-from podres_exporter.top.rows.samples import Index, by_uuid, holder_of, natural_key
+from podres_exporter.top.rows.samples import (
+    DRA_INFO,
+    Index,
+    by_uuid,
+    claim_of,
+    dra_device,
+    holder_of,
+    natural_key,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +24,11 @@ class DeviceRow:
     ``state``: ``free``, ``allocated`` or ``allocated_unhealthy`` (from
     ``podres_node_device_info``); ``healthy`` is false for a held device the kubelet no
     longer lists as allocatable, or a GPU that stopped answering (``podres_gpu_healthy``).
+
+    ``dra``: a device of a DRA claim (``podres_container_dynamic_resource_info``): its
+    resource is the driver, its id ``pool/device``, ``claims`` the claims using it; only
+    held ones are known, as ``allocated``, or ``shared`` when several claims use it. The
+    kubelet reports no health or NUMA node for them: ``healthy`` is None.
     """
 
     node: str
@@ -23,12 +36,14 @@ class DeviceRow:
     device_id: str
     numa_node: str
     state: str
-    healthy: bool
+    healthy: bool | None
     holders: tuple[Holder, ...] = ()
     physical_id: str | None = None
     util: float | None = None
     mem_used: float | None = None
     mem_total: float | None = None
+    dra: bool = False
+    claims: tuple[str, ...] = ()
 
 
 def device_rows(node: str, idx: Index) -> tuple[DeviceRow, ...]:
@@ -97,4 +112,31 @@ def device_rows(node: str, idx: Index) -> tuple[DeviceRow, ...]:
                 gpu_total.get(phys),
             )
         )
-    return tuple(rows)
+    return tuple(rows) + _dra_rows(node, idx)
+
+
+def _dra_rows(node: str, idx: Index) -> tuple[DeviceRow, ...]:
+    """The rows of the DRA devices containers of ``node`` use, by driver then id."""
+    holders: dict[tuple[str, str], set[Holder]] = defaultdict(set)
+    claims: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for s in idx.get(DRA_INFO):
+        key = dra_device(s.labels)
+        h = holder_of(s.labels)
+        if key is None or h is None:
+            continue
+        holders[key].add(h)
+        claims[key].add(claim_of(s.labels))
+    return tuple(
+        DeviceRow(
+            node,
+            key[0],
+            key[1],
+            "none",
+            "shared" if len(claims[key]) > 1 else "allocated",
+            None,
+            tuple(sorted(holders[key])),
+            dra=True,
+            claims=tuple(sorted(claims[key])),
+        )
+        for key in sorted(holders, key=lambda k: (k[0], natural_key(k[1])))
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from podres_exporter.top.rows.samples import Index, numa_key
+from podres_exporter.top.rows.samples import DRA_DEVICES, Index, numa_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,10 @@ class ResourceCount:
 
     ``allocatable`` and ``unallocated`` are None when the kubelet does not serve
     GetAllocatableResources (only held devices are known then).
+
+    ``dra``: the DRA devices of one driver that containers use (``podres_dra_devices``,
+    over its pools): ``allocated`` of them, ``shared`` used through several claims; how
+    many the driver has is not known (None).
     """
 
     resource: str
@@ -32,6 +36,8 @@ class ResourceCount:
     allocated: int
     unallocated: int | None
     allocated_unhealthy: int
+    dra: bool = False
+    shared: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,25 @@ class NodeHeader:
     cpus: tuple[NumaCpus, ...]
     devices: tuple[ResourceCount, ...]
     memory: tuple[MemoryFree, ...]
+
+
+def _dra_counts(idx: Index) -> tuple[ResourceCount, ...]:
+    """DRA devices in use per driver, over its pools."""
+    drivers: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for s in idx.get(DRA_DEVICES):
+        drivers[s.labels.get("driver", "")][s.labels.get("state", "")] += int(s.value)
+    return tuple(
+        ResourceCount(
+            resource=driver,
+            allocatable=None,
+            allocated=st.get("allocated", 0),
+            unallocated=None,
+            allocated_unhealthy=0,
+            dra=True,
+            shared=st.get("shared", 0),
+        )
+        for driver, st in sorted(drivers.items())
+    )
 
 
 def header_of(node: str, idx: Index) -> NodeHeader:
@@ -85,7 +110,7 @@ def header_of(node: str, idx: Index) -> NodeHeader:
             allocated_unhealthy=st.get("allocated_unhealthy", 0),
         )
         for r, st in sorted(devs.items())
-    )
+    ) + _dra_counts(idx)
     mem: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for s in idx.get("podres_node_memory_bytes"):
         key = (s.labels.get("numa_node", ""), s.labels.get("memory_type", ""))

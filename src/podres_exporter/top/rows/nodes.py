@@ -19,6 +19,16 @@ class NodeData:
     containers: tuple[ContainerRow, ...]
     devices: tuple[DeviceRow, ...]
 
+    @property
+    def unplaced(self) -> int | None:
+        """Containers the header counts that have no row: they hold no exclusive CPUs,
+        devices, DRA claims or pinned memory (the shared CPU pool only). None when the
+        source serves no container count."""
+        if self.header.containers is None:
+            return None
+        listed = {r.holder for r in self.containers if r.container}
+        return max(self.header.containers - len(listed), 0)
+
 
 @dataclass(frozen=True, slots=True)
 class TopData:

@@ -21,6 +21,9 @@ from podres_exporter.core.model import Holder
 BUSY_RATIO = "podres_cpu_busy_ratio"
 BUSY_COUNTER = "podres_cpu_busy_seconds_total"
 CPU_SOURCE_STAMP = "podres_source_last_success_timestamp_seconds"
+# One series per device of a DRA claim and the container using it.
+DRA_INFO = "podres_container_dynamic_resource_info"
+DRA_DEVICES = "podres_dra_devices"  # distinct DRA devices in use per driver, pool and state
 
 # The metrics top reads; the Prometheus source asks for each (the busy counter as a rate).
 METRICS = (
@@ -34,6 +37,8 @@ METRICS = (
     "podres_node_devices",
     "podres_node_device_info",
     "podres_container_device_info",
+    DRA_INFO,
+    DRA_DEVICES,
     "podres_node_memory_bytes",
     "podres_container_memory_bytes",
     "podres_container_numa_aligned",
@@ -163,6 +168,20 @@ def group(reading: Reading) -> dict[str, Index]:
             last_key = key
         last.by_name[s.name].append(s)
     return nodes
+
+
+def dra_device(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """A DRA claim device as a (resource, device id) pair: its driver, and ``pool/device``
+    (how the DRA API names a device within its driver); None for a claim naming no device."""
+    driver, device = labels.get("driver", ""), labels.get("device", "")
+    if not driver and not device:
+        return None
+    return driver, f"{labels.get('pool', '')}/{device}"
+
+
+def claim_of(labels: Mapping[str, str]) -> str:
+    """A DRA claim's ``namespace/name``."""
+    return f"{labels.get('claim_namespace', '')}/{labels.get('claim_name', '')}"
 
 
 def by_uuid(samples: Iterable[AnySample]) -> dict[str, float]:
