@@ -247,11 +247,16 @@ def spawn_with_default_hangup(argv: Sequence[str], log: Path) -> subprocess.Pope
 
 
 def hang_up_through_start_and_stop(
-    proc: subprocess.Popen[bytes], log: Path, started: str, ready: Callable[[str], object]
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    started: str,
+    ready: Callable[[str], object],
+    while_stopping: signal.Signals = signal.SIGHUP,
 ) -> int:
     """SIGHUP ``proc`` every few milliseconds from the moment it ignores SIGHUP (its first
-    step) until it logged ``started`` and ``ready(url)`` holds; then SIGTERM and SIGHUPs
-    until it exits. Its exit status; the test fails if no SIGHUP came before ``started``."""
+    step) until it logged ``started`` and ``ready(url)`` holds; then SIGTERM and
+    ``while_stopping`` (SIGHUP; SIGINT: a second Ctrl-C) until it exits. Its exit status;
+    the test fails if no SIGHUP came before ``started``."""
     wait_until(
         lambda: proc.poll() is not None or hangup_ignored(proc.pid), timeout=30, interval=0.001
     )
@@ -268,7 +273,7 @@ def hang_up_through_start_and_stop(
     proc.send_signal(signal.SIGTERM)
     while proc.poll() is None:
         try:
-            proc.send_signal(signal.SIGHUP)
+            proc.send_signal(while_stopping)
         except ProcessLookupError:  # gone between poll and kill
             break
         time.sleep(0.002)

@@ -65,12 +65,14 @@ def test_sighup_keeps_the_exporter_serving(make_sim: MakeSim, tmp_path: Path) ->
     assert events(log, "exporter_stopped")[0]["reason"] == "signal SIGTERM"
 
 
+@pytest.mark.parametrize("while_stopping", [signal.SIGHUP, signal.SIGINT])
 def test_sighup_while_starting_or_stopping_never_ends_the_exporter(
-    make_sim: MakeSim, tmp_path: Path
+    make_sim: MakeSim, tmp_path: Path, while_stopping: signal.Signals
 ) -> None:
-    """SIGHUPs from the first moment of `podres export` until it serves, and again right
-    after SIGTERM until it is gone: the exporter starts, serves, stops with status 0 (never
-    129, death by SIGHUP) and logs why it stopped."""
+    """SIGHUPs from the first moment of `podres export` until it serves, and SIGHUPs (or
+    Ctrl-Cs) again right after SIGTERM until it is gone: the exporter starts, serves, stops
+    with status 0 (never 129, death by SIGHUP; never a KeyboardInterrupt through its stop)
+    and logs why it stopped."""
     sim = make_sim("minimal")
     log = tmp_path / "export.log"
     proc = spawn_with_default_hangup(
@@ -87,13 +89,18 @@ def test_sighup_while_starting_or_stopping_never_ends_the_exporter(
     )  # fmt: skip
     try:
         code = hang_up_through_start_and_stop(
-            proc, log, "exporter_started", lambda url: http_get(url + "/readyz")[0] == 200
+            proc,
+            log,
+            "exporter_started",
+            lambda url: http_get(url + "/readyz")[0] == 200,
+            while_stopping,
         )
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert code == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
     assert events(log, "exporter_stopped")[0]["reason"] == "signal SIGTERM"
 
 

@@ -150,14 +150,6 @@ def test_a_signal_delivered_to_another_thread_wakes_the_wait(
     killer.join()
 
 
-def test_wait_for_signal_returns_the_reason(sentinels: dict[signal.Signals, Handler]) -> None:
-    """wait_for_signal: the same wait in one call."""
-    timer = kill_self_soon(signal.SIGTERM)
-    assert process.wait_for_signal() == "signal SIGTERM"
-    timer.join()
-    assert signal.getsignal(signal.SIGTERM) is sentinels[signal.SIGTERM]
-
-
 def test_the_event_ends_the_wait_too(sentinels: dict[signal.Signals, Handler]) -> None:
     """A given event, set from another thread, ends the wait: "stop requested"."""
     event = threading.Event()

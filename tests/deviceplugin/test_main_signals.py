@@ -86,12 +86,14 @@ def test_sighup_rereads_the_resource_file_and_keeps_serving(
     assert files(kubelet) == ["kubelet.sock"]
 
 
+@pytest.mark.parametrize("while_stopping", [signal.SIGHUP, signal.SIGINT])
 def test_sighup_while_starting_or_stopping_never_ends_the_plugin(
-    make_kubelet: Any, tmp_path: Path
+    make_kubelet: Any, tmp_path: Path, while_stopping: signal.Signals
 ) -> None:
-    """SIGHUPs from the first moment of `podres plugin` until it serves, and again right
-    after SIGTERM until it is gone: it starts, registers, stops with status 0 (never 129,
-    death by SIGHUP) and removes its socket."""
+    """SIGHUPs from the first moment of `podres plugin` until it serves, and SIGHUPs (or
+    Ctrl-Cs) again right after SIGTERM until it is gone: it starts, registers, stops with
+    status 0 (never 129, death by SIGHUP; never a KeyboardInterrupt through its stop) and
+    removes its socket."""
     kubelet = make_kubelet()
     write_sysfs(tmp_path / "sys")
     config = tmp_path / "plugin.toml"
@@ -106,12 +108,13 @@ def test_sighup_while_starting_or_stopping_never_ends_the_plugin(
     )  # fmt: skip
     try:
         code = hang_up_through_start_and_stop(
-            proc, log, "plugin_started", lambda _url: advertised(kubelet, VF)
+            proc, log, "plugin_started", lambda _url: advertised(kubelet, VF), while_stopping
         )
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert code == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
     assert events(log, "plugin_stopped")[0]["reason"] == "signal SIGTERM"
     assert files(kubelet) == ["kubelet.sock"]

@@ -196,14 +196,17 @@ def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
             "Ctrl-C to stop.",
         ]
         logconf.say(sys.stdout, "\n".join(lines))
-        try:
-            reason = process.wait_for_signal()
-        finally:
-            exporter.stop("demo ended")
-            if plugin is not None:
-                plugin.stop("demo ended")
-            stop_ticking.set()
-            ticker.join(5)
-            sim.stop(remove_socket=True)
+        # The stops inside the handlers too: a second Ctrl-C while they run is noted, not
+        # a KeyboardInterrupt through them.
+        with process.stop_on_signals(last=True) as stopping:
+            try:
+                reason = stopping.wait()
+            finally:
+                exporter.stop("demo ended")
+                if plugin is not None:
+                    plugin.stop("demo ended")
+                stop_ticking.set()
+                ticker.join(5)
+                sim.stop(remove_socket=True)
     logconf.say(sys.stderr, f"podres demo: stopped ({reason})")
     return 0

@@ -164,8 +164,10 @@ def run_export(settings: Settings) -> int:
     exporter = Exporter(settings)
     process.tune_gc()
     process.tune_switch_interval()
-    with process.stop_on_signals(reload=exporter.reloads) as stop:
+    # The stop inside too: a second SIGTERM or Ctrl-C while it stops is noted, not a
+    # KeyboardInterrupt through the stop.
+    with process.stop_on_signals(reload=exporter.reloads, last=True) as stop:
         exporter.start()
         reason = stop.wait()
-    exporter.stop(reason)
+        exporter.stop(reason)
     return 0

@@ -4,7 +4,7 @@
   means JSON unless stderr is a terminal;
 * :func:`ignore_hangup`: what a daemon command does first, so that a SIGHUP (whose
   default action ends the process) never ends it, starting or stopping;
-* :func:`stop_on_signals` / :func:`wait_for_signal`: SIGTERM and SIGINT end a wait
+* :func:`stop_on_signals`: SIGTERM and SIGINT end a wait
   and say which signal it was; SIGHUP runs the daemon's reload callbacks instead, on
   the waiting thread;
 * :func:`listen`: the daemon's web server, or a ConfigError naming ``--listen-address``;
@@ -42,7 +42,6 @@ __all__ = [
     "ignore_hangup",
     "listen",
     "stop_on_signals",
-    "wait_for_signal",
     "web_config",
 ]
 
@@ -232,6 +231,7 @@ def stop_on_signals(
     *,
     reload: Iterable[Reload] = (),
     event_poll_s: float = EVENT_POLL_S,
+    last: bool = False,
 ) -> Iterator[Stop]:
     """While inside, SIGTERM and SIGINT end the :class:`Stop`'s wait (which then sets its
     event) and name themselves in its reason; ``event`` (when given) stops it too.
@@ -241,7 +241,10 @@ def stop_on_signals(
     Handlers are installed only on the main thread (elsewhere only ``event`` stops)
     and the previous ones are restored on leaving; SIGHUP's is too, unless it was the
     default action, which would end a daemon during its shutdown: it is ignored instead.
-    ``event_poll_s``: how often the wait looks at ``event``.
+    ``event_poll_s``: how often the wait looks at ``event``. ``last``: the process ends
+    after this (a daemon's stop is inside): SIGTERM and SIGINT are then ignored rather
+    than restored, so that one more during the interpreter's exit is no
+    KeyboardInterrupt.
     """
     stop = Stop(event, reload, event_poll_s=event_poll_s)
 
@@ -268,15 +271,8 @@ def stop_on_signals(
             signal.set_wakeup_fd(previous_wakeup)
         for sig, h in previous.items():
             keep_alive = sig == RELOAD_SIGNAL and h in (signal.SIG_DFL, None)
-            signal.signal(sig, signal.SIG_IGN if keep_alive else h)
+            signal.signal(sig, signal.SIG_IGN if keep_alive or last else h)
         stop.close()
-
-
-def wait_for_signal(event: threading.Event | None = None, *, reload: Iterable[Reload] = ()) -> str:
-    """Block until SIGTERM or SIGINT (or ``event`` is set); the reason. SIGHUP runs
-    ``reload``."""
-    with stop_on_signals(event, reload=reload) as stop:
-        return stop.wait()
 
 
 def web_config(path: str | None) -> WebConfigWatcher | None:

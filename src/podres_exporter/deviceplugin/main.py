@@ -387,8 +387,10 @@ def run_plugin(
         return 1
     process.tune_gc()
     # Before start: a SIGTERM still cleans up, and a SIGHUP never ends the process.
-    with process.stop_on_signals(stop, reload=plugin.reloads) as stopping:
+    # The stop inside too: a second SIGTERM or Ctrl-C while it stops is noted, not a
+    # KeyboardInterrupt through the stop.
+    with process.stop_on_signals(stop, reload=plugin.reloads, last=True) as stopping:
         plugin.start()
         reason = stopping.wait()
-    plugin.stop(reason)
+        plugin.stop(reason)
     return 0
