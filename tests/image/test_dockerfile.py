@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -366,8 +367,8 @@ def _ignores_sighup_soon(pid: int) -> bool:
 def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, command: str) -> None:
     """The image's entrypoint run as the container runs it (the virtualenv's `podres` on
     PATH): SIGHUP sent from its first instruction on (the shell's trap), before the
-    interpreter has even started, never ends a daemon; `podres snapshot` under it keeps the
-    default (a hang-up ends it)."""
+    interpreter has even started, never ends a daemon; a one-shot command under it
+    (`podres top`) keeps the default (a hang-up ends it)."""
     _, _, script, name = _entrypoint()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     args = {
@@ -399,17 +400,24 @@ def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, com
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-    snapshot = subprocess.Popen(
-        ["/bin/sh", "-c", script, name, "snapshot", "--kubelet-socket",
-         str(tmp_path / "none.sock")],
+    # An exporter that accepts and never answers: `podres top --once` waits for it (its
+    # deadline is 20 s), and a SIGHUP meanwhile ends it.
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    url = f"http://127.0.0.1:{mute.getsockname()[1]}"
+    one_shot = subprocess.Popen(
+        ["/bin/sh", "-c", script, name, "top", "--once", "--exporter", url, "--timeout", "20s"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
-        snapshot.send_signal(signal.SIGHUP)
-        assert snapshot.wait(30) == -signal.SIGHUP
+        time.sleep(1)  # whenever it comes, a hang-up ends it: while starting or waiting
+        one_shot.send_signal(signal.SIGHUP)
+        assert one_shot.wait(30) == -signal.SIGHUP
     finally:
+        mute.close()
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(snapshot.pid, signal.SIGKILL)
+            os.killpg(one_shot.pid, signal.SIGKILL)
