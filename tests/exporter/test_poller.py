@@ -450,6 +450,32 @@ def test_causes_past_the_most_named_are_counted_together() -> None:
     assert len(failed) == 9 and failed[-1]["causes"]["other causes"] == 1
 
 
+def test_every_wording_of_one_refusal_is_one_cause() -> None:
+    """gRPC's several messages for a refused connection end in the same reason: one cause,
+    one event; a missing socket is another."""
+    code = "UNAVAILABLE"
+    refusals = [
+        KubeletUnavailable(f"kubelet List on /k.sock: UNAVAILABLE: {m}", method="List", code=code)
+        for m in (
+            "failed to connect to all addresses; last error: UNKNOWN: unix:/k.sock: "
+            "Connection refused",
+            "connect failed: addr: unix:/k.sock error: Connection refused",
+            "failed to connect to all addresses; last error: UNKNOWN: unix:/k.sock: "
+            "No such file or directory",
+        )
+    ]
+    p = Poller(NodeReader(Script(list(refusals)), lambda: TOPO), Store(), rng=random.Random(0))
+    with capture_logs() as logs:
+        for _ in refusals:
+            p.poll_once()
+    failed = [e for e in logs if e["event"] == "kubelet_read_failed"]
+    assert failed[-1]["causes"] == {
+        "KubeletUnavailable UNAVAILABLE: Connection refused": 2,
+        "KubeletUnavailable UNAVAILABLE: No such file or directory": 1,
+    }
+    assert len(failed) == 2
+
+
 def test_every_timeout_is_one_cause() -> None:
     """Timeouts of either call, in gRPC's several words for them, are one cause: a hung
     kubelet is logged once."""

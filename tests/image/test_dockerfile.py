@@ -350,16 +350,30 @@ def test_dockerignore_sends_only_what_the_build_reads() -> None:
         assert not _dockerignore_sends(path), path
 
 
-def _ignores_sighup_soon(pid: int) -> bool:
-    """Whether process ``pid`` ignores SIGHUP within a second (its first instruction, the
-    shell's trap, has run): SigIgn in /proc/PID/status, bit 0 for signal 1."""
-    deadline = time.monotonic() + 1
-    while time.monotonic() < deadline:
+def _ignores_sighup_soon(pid: int, within_s: float = 1) -> bool:
+    """Whether process ``pid`` ignores SIGHUP within ``within_s`` (its first instruction,
+    the shell's trap, has run; 0: now): SigIgn in /proc/PID/status, bit 0 for signal 1."""
+    deadline = time.monotonic() + within_s
+    while True:
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("SigIgn:") and int(line.split()[1], 16) & 1:
                     return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.0005)
+
+
+def _execed(pid: int) -> bool:
+    """Whether process ``pid`` runs podres within 10 s (the shell has exec'd it: its
+    command line no longer starts with the shell)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[0] != b"/bin/sh" and any(b"podres" in a for a in argv):
+                return True
+        time.sleep(0.001)
     return False
 
 
@@ -406,17 +420,23 @@ def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, com
     mute.bind(("127.0.0.1", 0))
     mute.listen(8)
     url = f"http://127.0.0.1:{mute.getsockname()[1]}"
-    one_shot = subprocess.Popen(
-        ["/bin/sh", "-c", script, name, "top", "--once", "--exporter", url, "--timeout", "20s"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    err = tmp_path / "top.err"
+    with err.open("wb") as err_file:
+        one_shot = subprocess.Popen(
+            ["/bin/sh", "-c", script, name, "top", "--once", "--exporter", url, "--timeout",
+             "20s"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            start_new_session=True,
+        )  # fmt: skip
     try:
-        time.sleep(1)  # whenever it comes, a hang-up ends it: while starting or waiting
+        # Once the shell has exec'd podres (its command line is podres's), SIGHUP is not
+        # ignored, and a hang-up ends it.
+        assert _execed(one_shot.pid), err.read_text()
+        assert not _ignores_sighup_soon(one_shot.pid, within_s=0), err.read_text()
         one_shot.send_signal(signal.SIGHUP)
-        assert one_shot.wait(30) == -signal.SIGHUP
+        assert one_shot.wait(30) == -signal.SIGHUP, err.read_text()
     finally:
         mute.close()
         with contextlib.suppress(ProcessLookupError):

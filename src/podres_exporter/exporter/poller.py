@@ -60,13 +60,17 @@ _NUMBER = re.compile(r"\d+")
 
 
 def failure_cause(err: KubeletError, socket_path: str) -> str:
-    """A kubelet failure's cause as logged: class, gRPC code and message, the socket's path
-    as ``<socket>`` and each number as ``N`` (sizes and addresses vary from one retry of
-    the same cause to the next). A timeout is one cause, whatever gRPC's words for it."""
+    """A kubelet failure's cause as logged: class, gRPC code and the message's last clause
+    (after its last ``": "``: the system's or gRPC's final reason, e.g. ``Connection
+    refused``), the socket's path as ``<socket>`` and each number as ``N`` (sizes and
+    addresses vary from one retry of the same cause to the next). gRPC words one refusal
+    several ways ("failed to connect to all addresses; last error: ...: Connection
+    refused", "connect failed: ... error: Connection refused"): one cause. A timeout is one
+    cause, whatever gRPC's words for it."""
     if isinstance(err, KubeletTimeout):
         return f"{type(err).__name__} {err.code}"
-    message = _NUMBER.sub("N", str(err).replace(socket_path, "<socket>"))
-    return f"{type(err).__name__} {err.code}: {message}"[:_CAUSE_CHARS]
+    last = str(err).replace(socket_path, "<socket>").rsplit(": ", 1)[-1]
+    return f"{type(err).__name__} {err.code}: {_NUMBER.sub('N', last)}"[:_CAUSE_CHARS]
 
 
 def stall_after(settings: Settings) -> float:
