@@ -230,20 +230,27 @@ NOT_CONFIG_FILES: list[tuple[Callable[[Path], Path], str]] = [
 NOT_CONFIG_IDS = ["dev-zero", "fifo", "directory", "over-1MiB", "deep-arrays", "deep-tables", "int"]
 
 
-def spawn_with_default_hangup(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
-    """``argv`` started with SIGHUP at its default action (an ignored one is inherited
-    across exec, and a daemon command run in this process earlier ignores it here)."""
+@contextlib.contextmanager
+def default_hangup() -> Iterator[None]:
+    """SIGHUP at its default action in this process while inside, for the processes
+    started meanwhile: an ignored one is inherited across exec, and a daemon command run
+    in this process earlier ignores it here."""
     previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
-        with log.open("w") as out:  # a file, not a pipe nobody reads
-            return subprocess.Popen(
-                argv,
-                stdout=subprocess.DEVNULL,
-                stderr=out,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+        yield
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def spawn_with_default_hangup(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """``argv`` started with SIGHUP at its default action (:func:`default_hangup`)."""
+    with default_hangup(), log.open("w") as out:  # a file, not a pipe nobody reads
+        return subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 def hang_up_through_start_and_stop(

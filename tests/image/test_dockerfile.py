@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import default_hangup
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -396,13 +398,14 @@ def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, com
         '[[resource]]\nname = "example.com/uplink"\n[resource.discover]\n'
         'kind = "netdev"\npattern = "enp*"\n'
     )
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", script, name, command, *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with default_hangup():  # as a container starts: SIGHUP at its default action
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", script, name, command, *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         assert _ignores_sighup_soon(proc.pid), "the shell never ignored SIGHUP"
         deadline = time.monotonic() + 1.5
@@ -421,7 +424,7 @@ def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, com
     mute.listen(8)
     url = f"http://127.0.0.1:{mute.getsockname()[1]}"
     err = tmp_path / "top.err"
-    with err.open("wb") as err_file:
+    with default_hangup(), err.open("wb") as err_file:
         one_shot = subprocess.Popen(
             ["/bin/sh", "-c", script, name, "top", "--once", "--exporter", url, "--timeout",
              "20s"],
@@ -441,3 +444,4 @@ def test_the_entrypoint_lets_no_sighup_end_a_starting_daemon(tmp_path: Path, com
         mute.close()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(one_shot.pid, signal.SIGKILL)
+        one_shot.wait(10)
