@@ -218,10 +218,9 @@ def memory_cap(wanted: int, limit: int | None, share: float) -> int:
     return min(wanted, max(_MIN_CONNECTIONS, int(limit * share) // CONNECTION_BYTES))
 
 
-def fit_memory_limit(wanted: int, share: float, limit: int | None = None) -> int:
-    """The connection cap under this process's memory limit (:func:`memory_limit`, or
-    ``limit``); one log event when that lowers it."""
-    limit = memory_limit() if limit is None else limit
+def fit_memory_limit(wanted: int, share: float, limit: int | None) -> int:
+    """The connection cap under the memory limit ``limit`` (:func:`memory_limit`; None:
+    none); one log event when that lowers it."""
     cap = memory_cap(wanted, limit, share)
     if cap < wanted:
         log.info(

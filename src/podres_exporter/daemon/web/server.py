@@ -345,8 +345,7 @@ class WebServer:
                 self._connections.remove(conn)
             if writer is not None:
                 sending.drop(writer.transport, reader)
-            else:
-                sock.close()  # a no-op when a failed handshake's transport closed it
+            # Without a stream, the socket is closed by the task's done callback (_closer).
             if self._trimmer is not None:
                 self._trimmer.closed()
 
