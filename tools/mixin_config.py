@@ -1,0 +1,77 @@
+"""The settings of the rule and dashboard generators, as a monitoring mixin's ``_config``.
+
+``tools/rules.py`` and ``tools/dashboards.py`` read them: the committed files in
+``deploy/prometheus/``, ``deploy/components/prometheus-rules/`` and ``dashboards/`` are written
+with the defaults below. A user whose Prometheus labels targets otherwise writes a JSON file
+with the keys to change and regenerates into a directory of their own::
+
+    python tools/rules.py --config my-labels.json --out my-rules/
+    python tools/dashboards.py --config my-labels.json --out my-boards/
+
+Unknown keys and values of the wrong type are refused with the key named, so a typo does not
+silently leave a default in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MixinConfig:
+    """What the generated rules and boards assume of the user's Prometheus."""
+
+    # PromQL matchers that pick the exporter's and the plugin's targets (used on `up` and on
+    # every series the rules read). The defaults match the jobs our ServiceMonitor, PodMonitor
+    # and the plain scrape configuration in docs/deploy.md name.
+    exporter_selector: str = 'job=~"podres-exporter|podres-system/podres-exporter"'
+    plugin_selector: str = 'job=~"podres-device-plugin|podres-system/podres-exporter"'
+    # The label that names the cluster where several clusters' data meet (Thanos, Mimir,
+    # federation): rules keep it in every aggregation, boards offer it as a picker.
+    cluster_label: str = "cluster"
+    # The label that names the Kubernetes node on the boards and in the recording rules'
+    # results. The recording rules take its value from podres_node_info (the node the agent
+    # runs on), so they need no scrape relabelling.
+    node_label: str = "node"
+    # Where each alert's runbook is: `{anchor}` becomes the alert name in lower case.
+    runbook_url: str = (
+        "https://github.com/podres-exporter/podres-exporter/blob/main/docs/runbooks.md#{anchor}"
+    )
+    # Rule group evaluation interval for the recording rules.
+    recording_interval: str = "1m"
+
+    def runbook(self, alert: str) -> str:
+        """The runbook URL of ``alert``."""
+        return self.runbook_url.format(anchor=alert.lower())
+
+
+class ConfigFileError(ValueError):
+    """The settings file cannot be used; the message names the file and the key."""
+
+
+def load(path: Path | None) -> MixinConfig:
+    """The defaults, with the keys of the JSON object in ``path`` (when given) in their place."""
+    if path is None:
+        return MixinConfig()
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ConfigFileError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: expected a JSON object of settings")
+    fields = {field.name: field for field in dataclasses.fields(MixinConfig)}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigFileError(f"{path}: unknown key {key!r}{hint}")
+        if not isinstance(value, str) or not value:
+            raise ConfigFileError(f"{path}: key {key!r} must be a non-empty string")
+    return dataclasses.replace(MixinConfig(), **data)
