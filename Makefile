@@ -63,9 +63,10 @@ proto: $(STAMP)
 dashboards: $(STAMP)
 	$(BIN)/python tools/dashboards.py
 
-## rules: regenerate the alert rules' PrometheusRule from the plain rule file (a test checks)
+## rules: regenerate the alert and recording rule files and their PrometheusRule component from
+## tools/mixin/ (a test checks); RULES_CONFIG=FILE RULES_OUT=DIR for other label names
 rules: $(STAMP)
-	$(BIN)/python tools/rules.py
+	$(BIN)/python tools/rules.py $(if $(RULES_CONFIG),--config $(RULES_CONFIG)) $(if $(RULES_OUT),--out $(RULES_OUT))
 
 ## bench: the performance benchmark (see docs/performance.md)
 bench: $(STAMP)

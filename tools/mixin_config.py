@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ class MixinConfig:
     )
     # Rule group evaluation interval for the recording rules.
     recording_interval: str = "1m"
+    # "false" leaves PodresTargetDown out of the alerts: kube-prometheus's own TargetDown says
+    # the same of every job, and a Prometheus that runs it needs ours not.
+    target_down_alert: str = "true"
 
     def runbook(self, alert: str) -> str:
         """The runbook URL of ``alert``."""
@@ -52,6 +56,21 @@ class MixinConfig:
 
 class ConfigFileError(ValueError):
     """The settings file cannot be used; the message names the file and the key."""
+
+
+# Settings that must be a Prometheus label name, and settings with a fixed set of values.
+_LABEL_NAMES = ("cluster_label", "node_label")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_CHOICES = {"target_down_alert": ("true", "false")}
+
+
+def _check_value(path: Path, key: str, value: str) -> None:
+    """Refuse a value the generators would turn into broken rules or boards."""
+    if key in _LABEL_NAMES and not _LABEL_NAME.fullmatch(value):
+        raise ConfigFileError(f"{path}: key {key!r} must be a label name, not {value!r}")
+    if key in _CHOICES and value not in _CHOICES[key]:
+        choices = " or ".join(repr(choice) for choice in _CHOICES[key])
+        raise ConfigFileError(f"{path}: key {key!r} must be {choices}, not {value!r}")
 
 
 def load(path: Path | None) -> MixinConfig:
@@ -74,4 +93,5 @@ def load(path: Path | None) -> MixinConfig:
             raise ConfigFileError(f"{path}: unknown key {key!r}{hint}")
         if not isinstance(value, str) or not value:
             raise ConfigFileError(f"{path}: key {key!r} must be a non-empty string")
+        _check_value(path, key, value)
     return dataclasses.replace(MixinConfig(), **data)

@@ -253,8 +253,8 @@ def test_every_object_is_valid(render: Render, rendering: str) -> None:
     ("name", "kinds"),
     [
         ("base", []),
-        ("prometheus-operator", ["ServiceMonitor", "PrometheusRule"]),
-        ("gpu", ["ServiceMonitor", "PrometheusRule"]),
+        ("prometheus-operator", ["ServiceMonitor", "PrometheusRule", "PrometheusRule"]),
+        ("gpu", ["ServiceMonitor", "PrometheusRule", "PrometheusRule"]),
         ("base+pod-monitor", ["PodMonitor"]),
         ("base+network-policy", ["NetworkPolicy"]),
         ("base+web-config", []),

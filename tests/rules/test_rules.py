@@ -1,7 +1,7 @@
 """The alert rules (deploy/prometheus/podres-alerts.yaml): promtool accepts them, every alert
 has unit tests (tests/rules/*.test.yaml) that show it firing and not firing and that catch a
-broken rule, they follow the conventions routing and runbooks rely on, and the Prometheus
-Operator's copy is generated from them."""
+broken rule, they follow the conventions routing and runbooks rely on, and the committed rule
+files and the Prometheus Operator's copy are what tools/rules.py makes of its templates."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ ANNOTATIONS = {"summary", "description", "runbook_url"}
 # absent() keeps no label of what it looks for: the one alert that cannot name a node.
 WITHOUT_NODE = {"PodresExporterAbsent"}
 RUNBOOK_SECTIONS = ("Meaning", "Impact", "Diagnosis", "Mitigation")
+# `* on (cluster, job, instance) group_left (node) podres_node_info`: the one matching that
+# names no node, as it is what gives a series its node.
+NODE_INFO_JOIN = {"cluster", "job", "instance"}
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _AGGREGATION = re.compile(
     r"\b(sum|min|max|avg|group|count|stddev|stdvar|topk|bottomk|quantile|count_values)\s*"
@@ -123,13 +126,19 @@ def image_source() -> str:
     return found.group(1)
 
 
-def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("podres_rules_tool", REPO / "tools" / "rules.py")
+def _load_tool(name: str, module_name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, REPO / "tools" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_generator() -> ModuleType:
+    """tools/rules.py, with tools/mixin_config.py, which it imports as a sibling module."""
+    _load_tool("mixin_config", "mixin_config")
+    return _load_tool("rules", "podres_rules_tool")
 
 
 @pytest.fixture(scope="module")
@@ -277,8 +286,11 @@ def test_aggregations_and_matching_keep_cluster_and_node(name: str) -> None:
         assert {"cluster", "node"} <= {label.strip() for label in labels.split(",")}, expr
     for match in _MATCHING.finditer(expr):
         clause, labels = match.groups()
+        names = {label.strip() for label in labels.split(",")}
+        if clause == "on" and names == NODE_INFO_JOIN:
+            continue  # the node's name taken from podres_node_info, per target
         if clause in ("on", "by"):
-            assert {"cluster", "node"} <= {label.strip() for label in labels.split(",")}, expr
+            assert {"cluster", "node"} <= names, expr
         else:
             assert not {"cluster", "node"} & {label.strip() for label in labels.split(",")}
 
@@ -305,9 +317,9 @@ def test_critical_xid_matcher_is_the_device_plugins() -> None:
 def test_target_down_matches_the_job_names_of_every_scrape_setup() -> None:
     """PodresTargetDown matches the ServiceMonitor's, PodMonitor's and plain jobs, and no other."""
     expr = the_alert("PodresTargetDown")["expr"]
-    found = re.search(r'job=~"([^"]+)"', expr)
+    found = re.findall(r'job=~"([^"]+)"', expr)
     assert found
-    job = re.compile(f"^(?:{found.group(1)})$")
+    job = re.compile("|".join(f"^(?:{pattern})$" for pattern in found))
     base = REPO / "deploy" / "base"
     services = [yaml.safe_load((base / f).read_text())["metadata"]["name"] for f in
                 ("exporter-service.yaml", "device-plugin-service.yaml")]  # fmt: skip
@@ -360,30 +372,39 @@ def test_every_alert_has_a_runbook_and_every_runbook_an_alert() -> None:
 # ------------------------------------------------------------------------------- generated
 
 
-def test_prometheus_rule_component_is_in_step_with_the_rule_file() -> None:
-    """The committed component is what tools/rules.py makes of the rule file (run `make rules`)."""
+def test_committed_rule_files_are_the_templates_with_the_default_settings() -> None:
+    """The committed rule files and component are what tools/rules.py makes (`make rules`)."""
     rules = load_generator()
-    files = rules.render(RULE_FILE.read_text(encoding="utf-8"))
-    assert sorted(files) == sorted(p.name for p in COMPONENT.iterdir())
+    files = rules.render(rules.MixinConfig())
+    assert sorted(p.name for p in COMPONENT.iterdir()) == sorted(
+        name.removeprefix("prometheus-rules/") for name in files if "/" in name
+    )
     for name, content in files.items():
-        assert (COMPONENT / name).read_text(encoding="utf-8") == content, (
-            f"run `make rules`: {name}"
-        )
+        path = rules.destination(name, None)
+        assert path.read_text(encoding="utf-8") == content, f"run `make rules`: {path}"
     assert rules.main(["--check"]) == 0
-    rule = yaml.safe_load(files["prometheus-rules.yaml"])
-    assert rule["spec"] == _load(RULE_FILE)
-    component = yaml.safe_load(files["kustomization.yaml"])
+    for plain, component in (
+        ("podres-alerts.yaml", "prometheus-rules.yaml"),
+        ("podres-recording.yaml", "recording-rules.yaml"),
+    ):
+        rule = yaml.safe_load(files[f"prometheus-rules/{component}"])
+        assert rule["kind"] == "PrometheusRule"
+        assert rule["spec"] == yaml.safe_load(files[plain])
+    component = yaml.safe_load(files["prometheus-rules/kustomization.yaml"])
     assert component["kind"] == "Component"
-    assert component["resources"] == ["prometheus-rules.yaml"]
+    assert component["resources"] == ["prometheus-rules.yaml", "recording-rules.yaml"]
 
 
-def test_generator_check_notices_a_stale_component(tmp_path: Path) -> None:
-    """`tools/rules.py --check` fails on a stale component and passes once it is regenerated."""
+def test_generator_check_notices_a_stale_output(tmp_path: Path) -> None:
+    """`tools/rules.py --check` fails on a stale output and passes once it is regenerated."""
     rules = load_generator()
-    (tmp_path / "kustomization.yaml").write_text("stale\n")
+    (tmp_path / "prometheus-rules").mkdir()
+    (tmp_path / "prometheus-rules" / "kustomization.yaml").write_text("stale\n")
     assert rules.main(["--check", "--out", str(tmp_path)]) == 1
     assert rules.main(["--out", str(tmp_path)]) == 0
     assert rules.main(["--check", "--out", str(tmp_path)]) == 0
+    (tmp_path / "podres-recording.yaml").write_text("stale\n")
+    assert rules.main(["--check", "--out", str(tmp_path)]) == 1
 
 
 @pytest.mark.parametrize(
@@ -399,4 +420,4 @@ def test_generator_refuses_a_file_it_cannot_indent_exactly(source: str, message:
     """The generator refuses rule files whose indented copy could mean something else."""
     rules = load_generator()
     with pytest.raises(rules.SourceError, match=re.escape(message)):
-        rules.render(source)
+        rules.spec_lines("podres-alerts.yaml", source)
