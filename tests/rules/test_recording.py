@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.rules.test_rules import run_promtool
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -57,22 +57,6 @@ def level_labels(record: str) -> set[str]:
         found.add(LEVEL_LABELS[word])
         rest = rest[len(word) :].lstrip("_")
     return found
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if not found:
-        pytest.fail(
-            "promtool is not on PATH: install prometheus (Debian: `apt install prometheus`)"
-        )
-    return found
-
-
-def run_promtool(promtool: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [promtool, *map(str, args)], capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 def run_unit_tests(promtool: str, tmp_path: Path, groups: list[dict[str, Any]]) -> str:

@@ -9,7 +9,6 @@ import copy
 import functools
 import importlib.util
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -139,14 +138,6 @@ def load_generator() -> ModuleType:
     """tools/rules.py, with tools/mixin_config.py, which it imports as a sibling module."""
     _load_tool("mixin_config", "mixin_config")
     return _load_tool("rules", "podres_rules_tool")
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail("promtool not found: install the Debian package prometheus (make test does)")
-    return found
 
 
 def run_promtool(promtool: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
