@@ -1,6 +1,7 @@
-"""The recording rules (deploy/prometheus/podres-recording.yaml): promtool accepts them, each has
-a unit test (tests/rules/recording/*.test.yaml) that checks its result and fails when the rule
-is broken, their names say the labels they keep, and docs/rules.md lists every one."""
+"""The recording rules (deploy/prometheus/podres-recording.yaml): each has a unit test
+(tests/rules/recording/*.test.yaml, run by test_rules.py with promtool) that checks its result
+and fails when the rule is broken, their names say the labels they keep, and docs/rules.md
+lists every one."""
 
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.rules.test_rules import run_promtool
+from tests.rules.test_rules import RECORDING_FILE, RECORDING_TESTS, run_unit_tests_against
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-RULE_FILE = REPO / "deploy" / "prometheus" / "podres-recording.yaml"
-UNIT_TESTS = sorted((HERE / "recording").glob("*.test.yaml"))
+REPO = Path(__file__).resolve().parents[2]
+RULE_FILE = RECORDING_FILE
+UNIT_TESTS = RECORDING_TESTS
 DOCS = REPO / "docs" / "rules.md"
 
 # The words of a rule's level and the label each stands for.
@@ -61,33 +61,8 @@ def level_labels(record: str) -> set[str]:
 
 def run_unit_tests(promtool: str, tmp_path: Path, groups: list[dict[str, Any]]) -> str:
     """Run every recording unit test against a copy of the rules with ``groups``; the output."""
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
-    tests = []
-    for path in UNIT_TESTS:
-        doc = copy.deepcopy(_load(path))
-        doc["rule_files"] = [str(rules)]
-        tests.append(tmp_path / path.name)
-        tests[-1].write_text(yaml.safe_dump(doc, sort_keys=False))
-    result = run_promtool(promtool, "test", "rules", *tests)
+    result = run_unit_tests_against(promtool, tmp_path, groups, UNIT_TESTS)
     return "" if result.returncode == 0 else result.stdout + result.stderr
-
-
-@pytest.mark.prometheus
-def test_promtool_checks_the_recording_rule_file(promtool: str) -> None:
-    """`promtool check rules` accepts the recording rule file and counts every rule."""
-    result = run_promtool(promtool, "check", "rules", RULE_FILE)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(recording_rules())} rules found" in result.stdout
-
-
-@pytest.mark.prometheus
-@pytest.mark.parametrize("path", UNIT_TESTS, ids=lambda p: p.name)
-def test_promtool_recording_unit_tests_pass(promtool: str, path: Path) -> None:
-    """`promtool test rules` passes each recording unit test file."""
-    result = run_promtool(promtool, "test", "rules", path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout
 
 
 def test_every_recording_rule_is_unit_tested() -> None:

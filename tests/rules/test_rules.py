@@ -27,6 +27,8 @@ RULE_FILE = REPO / "deploy" / "prometheus" / "podres-alerts.yaml"
 COMPONENT = REPO / "deploy" / "components" / "prometheus-rules"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 UNIT_TESTS = sorted(HERE.glob("*.test.yaml"))
+RECORDING_FILE = REPO / "deploy" / "prometheus" / "podres-recording.yaml"
+RECORDING_TESTS = sorted((HERE / "recording").glob("*.test.yaml"))
 
 SEVERITIES = {"critical", "warning", "info"}
 ANNOTATIONS = {"summary", "description", "runbook_url"}
@@ -146,18 +148,25 @@ def run_promtool(promtool: str, *args: str | Path) -> subprocess.CompletedProces
     )
 
 
-def failing_alerts(promtool: str, tmp_path: Path, groups: list[dict[str, Any]]) -> set[str]:
-    """The alerts whose unit tests fail when run against the rule ``groups`` instead of the
-    rule file (promtool checks each alert's cases on their own, so one run tells them all)."""
+def run_unit_tests_against(
+    promtool: str, tmp_path: Path, groups: list[dict[str, Any]], unit_tests: list[Path]
+) -> subprocess.CompletedProcess[str]:
+    """Run ``unit_tests`` with their rule file replaced by a copy holding ``groups``."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
     tests = []
-    for path in UNIT_TESTS:
+    for path in unit_tests:
         doc = copy.deepcopy(_load(path))
         doc["rule_files"] = [str(rules)]
         tests.append(tmp_path / path.name)
         tests[-1].write_text(yaml.safe_dump(doc, sort_keys=False))
-    result = run_promtool(promtool, "test", "rules", *tests)
+    return run_promtool(promtool, "test", "rules", *tests)
+
+
+def failing_alerts(promtool: str, tmp_path: Path, groups: list[dict[str, Any]]) -> set[str]:
+    """The alerts whose unit tests fail when run against the rule ``groups`` instead of the
+    rule file (promtool checks each alert's cases on their own, so one run tells them all)."""
+    result = run_unit_tests_against(promtool, tmp_path, groups, UNIT_TESTS)
     failed = set(re.findall(r"alertname: (\w+),", result.stdout + result.stderr))
     assert (result.returncode != 0) == bool(failed), result.stdout + result.stderr
     return failed
@@ -177,17 +186,21 @@ def with_every_alert(**changes: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.prometheus
-def test_promtool_checks_the_rule_file(promtool: str) -> None:
-    """`promtool check rules` accepts the rule file and counts every alert in it."""
-    result = run_promtool(promtool, "check", "rules", RULE_FILE)
+@pytest.mark.parametrize("path", [RULE_FILE, RECORDING_FILE], ids=lambda p: p.name)
+def test_promtool_checks_the_rule_files(promtool: str, path: Path) -> None:
+    """`promtool check rules` accepts each rule file and counts every rule in it."""
+    result = run_promtool(promtool, "check", "rules", path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(alert_rules())} rules found" in result.stdout
+    count = sum(len(group["rules"]) for group in _load(path)["groups"])
+    assert f"SUCCESS: {count} rules found" in result.stdout
 
 
 @pytest.mark.prometheus
-@pytest.mark.parametrize("path", UNIT_TESTS, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", UNIT_TESTS + RECORDING_TESTS, ids=lambda p: p.relative_to(HERE).as_posix()
+)
 def test_promtool_unit_tests_pass(promtool: str, path: Path) -> None:
-    """`promtool test rules` passes each unit test file."""
+    """`promtool test rules` passes each unit test file, of the alerts and of the recordings."""
     result = run_promtool(promtool, "test", "rules", path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
