@@ -5,6 +5,7 @@ component does what docs/deploy.md says it does, wherever it is combined."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tomllib
 from pathlib import Path
@@ -23,6 +24,7 @@ from tests.deploy.test_manifests import (
     KUBELET_ROOTS,
     MONITORING_GROUP,
     PLUGIN,
+    REPO,
     Doc,
     Render,
     find,
@@ -261,3 +263,33 @@ def test_every_kustomization_of_the_docs_is_rendered() -> None:
     overlays = {p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir()}
     rendered = {Path(path).name for path in KUSTOMIZATIONS.values() if "overlays" in path}
     assert overlays == rendered
+
+
+def documented_block(marker: str) -> str:
+    """The fenced block of docs/deploy.md whose first line is ``marker``."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```(?:yaml|toml)\n(.*?)```", text, flags=re.DOTALL)
+    (block,) = [b for b in blocks if b.startswith(marker + "\n")]
+    return block
+
+
+def test_documented_plugin_overlay_advertises_what_its_file_names(
+    render: Render, tmp_path: Path
+) -> None:
+    """docs/deploy.md's overlay for the device plugin, with its resource file, renders both
+    agents with that file, which the plugin's loader accepts as written."""
+    overlay = tmp_path / "my-cluster"
+    overlay.mkdir()
+    rel = os.path.relpath(DEPLOY, overlay)
+    kustomization = documented_block("# my-cluster/kustomization.yaml")
+    (overlay / "kustomization.yaml").write_text(kustomization.replace("../deploy/", f"{rel}/"))
+    plugin_toml = documented_block("# my-cluster/plugin.toml")
+    (overlay / "plugin.toml").write_text(plugin_toml)
+    render("base")  # skips without kubectl
+    docs = kustomize(overlay)
+    names = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "DaemonSet")
+    assert names == sorted([EXPORTER.name, PLUGIN.name])
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert config_map["data"]["plugin.toml"] == plugin_toml
+    config = load_config(str(overlay / "plugin.toml"))
+    assert [(r.name, r.replicas) for r in config.resources] == [("podres.io/fuse", 32)]
