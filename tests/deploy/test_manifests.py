@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from podres_exporter.deviceplugin.config import DiscoverKind, load_config
+from tests.deploy.conftest import WITH_PLUGIN
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -26,6 +27,9 @@ KUBERNETES_VERSION = "1.28"
 MONITORING_GROUP = "monitoring.coreos.com"
 
 IMAGE = "ghcr.io/podres-exporter/podres-exporter"
+# The end-to-end tier's installs run the image built from the checkout.
+E2E = frozenset({"e2e", "e2e-plugin"})
+E2E_IMAGE = "localhost/podres-exporter:e2e"
 NAMESPACE = "podres-system"
 APP_NAME = "podres-exporter"
 PART_OF = {"app.kubernetes.io/part-of": "podres-exporter"}
@@ -44,10 +48,24 @@ class Agent:
     container: str
     args: tuple[str, ...]
     port: int
-    # (host path, mount path, read-only): every hostPath volume, and nothing else.
+    # (host path, mount path, read-only): every hostPath volume but the kubelet's, and nothing
+    # else.
     host_mounts: frozenset[tuple[str, str, bool]]
+    # The kubelet's directory it mounts (read-write or not), under the kubelet's root on the
+    # host and under /var/lib/kubelet in the container.
+    kubelet_dir: str
+    kubelet_dir_writable: bool
     # (ConfigMap name prefix, mount path): the only other volumes.
     config_mounts: frozenset[tuple[str, str]]
+
+    def mounts(self, kubelet_root: str) -> frozenset[tuple[str, str, bool]]:
+        """Every hostPath mount, with the kubelet's root directory at ``kubelet_root``."""
+        kubelet = (
+            f"{kubelet_root}/{self.kubelet_dir}",
+            f"/var/lib/kubelet/{self.kubelet_dir}",
+            not self.kubelet_dir_writable,
+        )
+        return self.host_mounts | {kubelet}
 
     @property
     def selector(self) -> dict[str, str]:
@@ -62,13 +80,14 @@ EXPORTER = Agent(
     port=9842,
     host_mounts=frozenset(
         {
-            ("/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources", True),
             ("/sys", "/host/sys", True),
             ("/proc", "/host/proc", True),
             ("/var/log/pods", "/var/log/pods", True),
             ("/var/log/containers", "/var/log/containers", True),
         }
     ),
+    kubelet_dir="pod-resources",
+    kubelet_dir_writable=False,
     config_mounts=frozenset(),
 )
 PLUGIN = Agent(
@@ -86,26 +105,35 @@ PLUGIN = Agent(
     port=9843,
     host_mounts=frozenset(
         {
-            ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet/device-plugins", False),
             ("/sys", "/host/sys", True),
             ("/dev", "/host/dev", True),
         }
     ),
+    kubelet_dir="device-plugins",
+    kubelet_dir_writable=True,
     config_mounts=frozenset({("podres-device-plugin", "/etc/podres")}),
 )
+# The exporter first: conftest.py gives a test taking `rendering` and `agent` the exporter in
+# every rendering, the plugin only in those of WITH_PLUGIN.
 AGENTS = (EXPORTER, PLUGIN)
 
-# The renderings with the network-policy component (the agents on the pod network) and with the
-# web-config component (a Secret with --web.config.file, HTTPS probes).
-POD_NETWORK = frozenset({"base+network-policy"})
-WEB_CONFIG = frozenset({"base+web-config"})
+# The renderings with the network-policy component (the agents on the pod network), with the
+# web-config component (a Secret with --web.config.file, HTTPS probes), and with a kubelet
+# root other than /var/lib/kubelet.
+POD_NETWORK = frozenset({"base+network-policy", "device-plugin+network-policy"})
+WEB_CONFIG = frozenset({"base+web-config", "device-plugin+web-config"})
+KUBELET_ROOTS = {
+    "base+kubelet-root-microk8s": "/var/snap/microk8s/common/var/lib/kubelet",
+    "device-plugin+kubelet-root-k0s": "/var/lib/k0s/kubelet",
+}
+DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 WEB_CONFIG_DIR = "/etc/podres-web"
 WEB_CONFIG_ARG = f"--web.config.file={WEB_CONFIG_DIR}/web-config.yml"
 WEB_CONFIG_NAME = "podres-web-config"  # the Secret's name
 
 # Every checkov check skipped, per object, as reviewed: a new skip must be added here on purpose.
 # On the pod network (the network-policy component) the host network's two are gone.
-CHECKOV_SKIPS = {
+CHECKOV_SKIPS_BOTH = {
     ("DaemonSet", agent.name): {
         "CKV_K8S_15",  # imagePullPolicy IfNotPresent
         "CKV_K8S_19",  # host network
@@ -116,9 +144,21 @@ CHECKOV_SKIPS = {
     }
     for agent in AGENTS
 }
-CHECKOV_SKIPS_POD_NETWORK = {
-    key: checks - {"CKV_K8S_19", "CKV2_K8S_6"} for key, checks in CHECKOV_SKIPS.items()
+CHECKOV_SKIPS_BOTH_POD_NETWORK = {
+    key: checks - {"CKV_K8S_19", "CKV2_K8S_6"} for key, checks in CHECKOV_SKIPS_BOTH.items()
 }
+
+
+def checkov_skips(rendering: str) -> dict[tuple[str, str], set[str]]:
+    """The reviewed skips of ``rendering``: those of the agents it holds."""
+    table = CHECKOV_SKIPS_BOTH_POD_NETWORK if rendering in POD_NETWORK else CHECKOV_SKIPS_BOTH
+    names = {a.name for a in agents_of(rendering)}
+    return {key: checks for key, checks in table.items() if key[1] in names}
+
+
+def agents_of(rendering: str) -> tuple[Agent, ...]:
+    """The agents ``rendering`` holds: the exporter, and the plugin where it was chosen."""
+    return AGENTS if rendering in WITH_PLUGIN else (EXPORTER,)
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -249,22 +289,40 @@ def test_every_object_is_valid(render: Render, rendering: str) -> None:
     assert not problems, "\n".join(problems)
 
 
+MONITORING = ["ServiceMonitor", "PrometheusRule", "PrometheusRule"]  # alerts, recording rules
+
+
 @pytest.mark.parametrize(
     ("name", "kinds"),
     [
         ("base", []),
-        ("prometheus-operator", ["ServiceMonitor", "PrometheusRule", "PrometheusRule"]),
-        ("gpu", ["ServiceMonitor", "PrometheusRule", "PrometheusRule"]),
+        ("prometheus-operator", MONITORING),
+        ("gpu", MONITORING),
+        ("device-plugin", []),
+        ("gpu-with-podres-plugin", MONITORING),
+        ("e2e", MONITORING),
+        ("e2e-plugin", MONITORING),
         ("base+pod-monitor", ["PodMonitor"]),
         ("base+network-policy", ["NetworkPolicy"]),
         ("base+web-config", []),
+        ("base+kubelet-root-microk8s", []),
+        ("device-plugin+network-policy", ["NetworkPolicy"]),
+        ("device-plugin+web-config", []),
+        ("device-plugin+kubelet-root-k0s", []),
+        ("prometheus-operator+kube-prometheus-stack", MONITORING),
+        (
+            "device-plugin+pod-monitor+prometheus-rules+kube-prometheus-stack",
+            ["PodMonitor", "PrometheusRule", "PrometheusRule"],
+        ),
     ],
 )
 def test_what_each_kustomization_holds(render: Render, name: str, kinds: list[str]) -> None:
-    """Each kustomization renders the base's objects plus exactly its monitoring objects."""
-    base = ["ConfigMap", "DaemonSet", "DaemonSet", "Namespace", "Service", "Service"]
-    base += ["ServiceAccount", "ServiceAccount"]
-    assert sorted(d["kind"] for d in render(name)) == sorted(base + kinds)
+    """Each kustomization renders the exporter's objects, the device plugin's where it was
+    chosen, plus exactly its monitoring objects."""
+    expected = ["Namespace", "DaemonSet", "Service", "ServiceAccount"]
+    if name in WITH_PLUGIN:
+        expected += ["DaemonSet", "Service", "ServiceAccount", "ConfigMap"]
+    assert sorted(d["kind"] for d in render(name)) == sorted(expected + kinds)
 
 
 def test_crd_validation_rejects_a_misspelt_field(render: Render) -> None:
@@ -330,11 +388,12 @@ def test_base_image_tag_is_the_package_version() -> None:
     assert "newName" not in images[IMAGE]
 
 
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
 def test_image_and_arguments(render: Render, rendering: str, agent: Agent) -> None:
-    """Each agent runs the released image at the package's version with its subcommand first."""
+    """Each agent runs the released image at the package's version (the end-to-end installs:
+    the image built from the checkout, as their `images:` say) with its subcommand first."""
     container = the_container(find(render(rendering), "DaemonSet", agent.name), agent)
-    assert container["image"] == f"{IMAGE}:{package_version()}"
+    expected = E2E_IMAGE if rendering in E2E else f"{IMAGE}:{package_version()}"
+    assert container["image"] == expected
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert "command" not in container  # the image's entrypoint is `podres`
     extra = (WEB_CONFIG_ARG,) if rendering in WEB_CONFIG else ()
@@ -344,7 +403,6 @@ def test_image_and_arguments(render: Render, rendering: str, agent: Agent) -> No
 # -------------------------------------------------------------------------------- hardening
 
 
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
 def test_host_mounts_are_exactly_the_documented_ones(
     render: Render, rendering: str, agent: Agent
 ) -> None:
@@ -378,13 +436,12 @@ def test_host_mounts_are_exactly_the_documented_ones(
             secrets.add((volume["secret"]["secretName"], mount["mountPath"]))
         else:
             pytest.fail(f"volume {mount['name']} is {kinds}: not an expected kind")
-    assert host == agent.host_mounts
+    assert host == agent.mounts(KUBELET_ROOTS.get(rendering, DEFAULT_KUBELET_ROOT))
     assert config == agent.config_mounts
     web_config = {(WEB_CONFIG_NAME, WEB_CONFIG_DIR)} if rendering in WEB_CONFIG else set()
     assert secrets == web_config
 
 
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
 def test_pod_is_hardened(render: Render, rendering: str, agent: Agent) -> None:
     """Root only by uid: no capabilities, no privilege, no escalation, read-only root, the
     runtime's seccomp profile, no API token, and none of the host namespaces but the network
@@ -419,7 +476,6 @@ def test_pod_is_hardened(render: Render, rendering: str, agent: Agent) -> None:
         assert "hostPort" not in port
 
 
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
 def test_pod_lifecycle(render: Render, rendering: str, agent: Agent) -> None:
     """Probes on the metrics port (HTTPS with the web-config component), a grace period the
     agent stops within, node-critical priority, bounded resources, every Linux node, one node
@@ -455,7 +511,6 @@ def test_pod_lifecycle(render: Render, rendering: str, agent: Agent) -> None:
 # ------------------------------------------------------------------- labels and selectors
 
 
-@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
 def test_selectors_are_stable(render: Render, rendering: str, agent: Agent) -> None:
     """DaemonSet and Service select on name and component only (immutable across upgrades),
     and the pods carry those labels."""
@@ -503,15 +558,8 @@ def test_namespace_admits_the_agents_and_no_more_silently(render: Render) -> Non
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("base", {"podres.io/fuse": ("dev", 32), "podres.io/kvm": ("dev", 8)}),
-        (
-            "gpu",
-            {
-                "podres.io/fuse": ("dev", 32),
-                "podres.io/kvm": ("dev", 8),
-                "nvidia.com/gpu": ("nvml", 1),
-            },
-        ),
+        ("gpu-with-podres-plugin", {"nvidia.com/gpu": ("nvml", 1)}),
+        ("e2e-plugin", {"podres.io/fuse": ("dev", 32)}),
     ],
 )
 def test_plugin_config_loads(
@@ -529,7 +577,11 @@ def test_plugin_config_loads(
     got = {r.name: (r.discover.kind.value, r.replicas) for r in config.resources}
     assert got == expected
     assert config.uses_nvml == (DiscoverKind.NVML.value in {k for k, _ in expected.values()})
+    plugin_mounts_its_config_map(docs, config_map)
 
+
+def plugin_mounts_its_config_map(docs: list[Doc], config_map: Doc) -> None:
+    """The plugin's DaemonSet mounts ``config_map`` where its --resources points."""
     spec = pod_spec(find(docs, "DaemonSet", PLUGIN.name))
     volume = next(v for v in spec["volumes"] if "configMap" in v)
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
@@ -538,18 +590,33 @@ def test_plugin_config_loads(
 
 
 @pytest.mark.parametrize(
-    "path", ["deploy/base/plugin.toml", "deploy/components/gpu/plugin.toml"], ids=str
+    "path",
+    ["deploy/overlays/gpu-with-podres-plugin/plugin.toml", "tests/e2e/overlay-plugin/plugin.toml"],
+    ids=str,
 )
 def test_plugin_config_files_load(path: str) -> None:
-    """Each resource file in deploy/ is valid as it stands in the tree."""
+    """Each resource file that names resources is valid as it stands in the tree."""
     assert load_config(str(REPO / path)).resources
+
+
+def test_shipped_example_resource_file_names_nothing(render: Render) -> None:
+    """The device-plugin overlay ships a resource file that names no resource (only
+    comments): the plugin advertises nothing until the user names devices."""
+    docs = render("device-plugin")
+    config_map = generated(docs, "ConfigMap", PLUGIN.name)
+    text = config_map["data"]["plugin.toml"]
+    assert tomllib.loads(text) == {}
+    assert "[[resource]]" in text  # the commented examples are there to copy
+    plugin_mounts_its_config_map(docs, config_map)
 
 
 def test_plugin_config_change_rolls_the_pods(render: Render) -> None:
     """A different resource file gives the ConfigMap a different name, so the pods roll."""
-    base = generated(render("base"), "ConfigMap", PLUGIN.name)["metadata"]["name"]
-    gpu = generated(render("gpu"), "ConfigMap", PLUGIN.name)["metadata"]["name"]
-    assert base != gpu
+    names = {
+        generated(render(name), "ConfigMap", PLUGIN.name)["metadata"]["name"]
+        for name in ("device-plugin", "gpu-with-podres-plugin", "e2e-plugin")
+    }
+    assert len(names) == 3
 
 
 # --------------------------------------------------------------------------------- overlays
@@ -568,7 +635,7 @@ def test_prometheus_operator_overlay_only_adds_monitoring(render: Render) -> Non
     assert overlay == _without(render("base"), set())
 
 
-@pytest.mark.parametrize("name", ["prometheus-operator", "gpu"])
+@pytest.mark.parametrize("name", ["prometheus-operator", "gpu", "gpu-with-podres-plugin"])
 def test_prometheus_rule_is_the_plain_rule_file(render: Render, name: str) -> None:
     """The overlays' PrometheusRule is the plain rule file's groups, labelled as the rest."""
     rule = find(render(name), "PrometheusRule", "podres-exporter")
@@ -580,9 +647,19 @@ def test_prometheus_rule_is_the_plain_rule_file(render: Render, name: str) -> No
     assert len(alerts) >= 15
 
 
-@pytest.mark.parametrize("name", ["prometheus-operator", "gpu", "base+pod-monitor"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "prometheus-operator",
+        "gpu",
+        "gpu-with-podres-plugin",
+        "e2e-plugin",
+        "base+pod-monitor",
+        "device-plugin+pod-monitor+prometheus-rules+kube-prometheus-stack",
+    ],
+)
 def test_monitor_scrapes_both_agents_with_their_own_labels(render: Render, name: str) -> None:
-    """The ServiceMonitor (or PodMonitor) selects both agents' Services (or pods) on the
+    """The ServiceMonitor (or PodMonitor) selects the agents' Services (or pods) on the
     `metrics` port, keeps the exporter's labels, adds `node` and drops the agent's own
     namespace, pod and container."""
     docs = render(name)
@@ -593,13 +670,13 @@ def test_monitor_scrapes_both_agents_with_their_own_labels(render: Render, name:
     assert set(selector) == {"matchLabels"}
     if monitor["kind"] == "ServiceMonitor":
         endpoints = monitor["spec"]["endpoints"]
-        targets = [find(docs, "Service", a.name)["metadata"]["labels"] for a in AGENTS]
+        targets = [find(docs, "Service", a.name)["metadata"]["labels"] for a in agents_of(name)]
     else:
         assert monitor["kind"] == "PodMonitor"
         endpoints = monitor["spec"]["podMetricsEndpoints"]
         targets = [
             find(docs, "DaemonSet", a.name)["spec"]["template"]["metadata"]["labels"]
-            for a in AGENTS
+            for a in agents_of(name)
         ]
     assert "namespaceSelector" not in monitor["spec"]  # its own namespace: podres-system
     for labels in targets:
@@ -628,43 +705,85 @@ def test_monitor_scrapes_both_agents_with_their_own_labels(render: Render, name:
         assert not dropped.match(label)
 
 
-def test_gpu_overlay_runs_both_agents_with_nvml(render: Render) -> None:
-    """On the gpu overlay both agents run on GPU nodes through the NVIDIA runtime, seeing every
-    GPU for NVML only; the base has none of it."""
-    for agent in AGENTS:
-        daemonset = find(render("gpu"), "DaemonSet", agent.name)
+NVML_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+
+
+def env_values(container: Doc) -> dict[str, str]:
+    """The container's plain (not downward-API) environment variables."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+@pytest.mark.parametrize("name", ["gpu", "gpu-with-podres-plugin"])
+def test_gpu_overlays_run_their_agents_with_nvml(render: Render, name: str) -> None:
+    """On the GPU overlays each agent runs on GPU nodes through the NVIDIA runtime, seeing
+    every GPU for NVML only; the base has none of it."""
+    for agent in agents_of(name):
+        daemonset = find(render(name), "DaemonSet", agent.name)
         spec = pod_spec(daemonset)
         assert spec["nodeSelector"] == {
             "kubernetes.io/os": "linux",
             "nvidia.com/gpu.present": "true",
         }
         assert spec["runtimeClassName"] == "nvidia"
-        env = {e["name"]: e["value"] for e in the_container(daemonset, agent)["env"]}
-        assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+        assert env_values(the_container(daemonset, agent)) == NVML_ENV
+    base = find(render("base"), "DaemonSet", EXPORTER.name)
+    assert "runtimeClassName" not in pod_spec(base)
+    assert env_values(the_container(base, EXPORTER)) == {}
+    assert pod_spec(base)["nodeSelector"] == {"kubernetes.io/os": "linux"}
 
-        base = find(render("base"), "DaemonSet", agent.name)
-        assert "runtimeClassName" not in pod_spec(base)
-        assert "env" not in the_container(base, agent)
-        assert pod_spec(base)["nodeSelector"] == {"kubernetes.io/os": "linux"}
+
+def test_gpu_overlay_adds_no_device_plugin(render: Render) -> None:
+    """The overlay for clusters with NVIDIA's GPU Operator is the prometheus-operator overlay
+    with only the exporter's DaemonSet changed: no second nvidia.com/gpu plugin."""
+    gpu = render("gpu")
+    assert [d["metadata"]["name"] for d in gpu if d["kind"] == "DaemonSet"] == [EXPORTER.name]
+    assert "nvidia.com/gpu" not in yaml.safe_dump_all(gpu).replace("nvidia.com/gpu.present", "")
+    assert _without(gpu, {"DaemonSet"}) == _without(render("prometheus-operator"), {"DaemonSet"})
+
+
+def test_gpu_with_podres_plugin_overlay_says_not_to_combine_it() -> None:
+    """The overlay that advertises nvidia.com/gpu warns, where it is applied, against the
+    GPU Operator's or NVIDIA's own device plugin on the same nodes."""
+    text = (DEPLOY / "overlays" / "gpu-with-podres-plugin" / "kustomization.yaml").read_text()
+    assert "DO NOT combine it with the NVIDIA GPU Operator's device plugin" in text
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=lambda a: a.component)
+def test_both_agents_know_their_node(render: Render, agent: Agent) -> None:
+    """Each agent's container gets NODE_NAME from the downward API (spec.nodeName)."""
+    container = the_container(
+        find(render("gpu-with-podres-plugin"), "DaemonSet", agent.name), agent
+    )
+    assert {
+        "name": "NODE_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+    } in container["env"]
 
 
 # ----------------------------------------------------------------- locking the endpoints
 
 
-def test_plugin_metrics_listen_on_every_interface(render: Render, rendering: str) -> None:
+@pytest.mark.parametrize("name", sorted(WITH_PLUGIN))
+def test_plugin_metrics_listen_on_every_interface(render: Render, name: str) -> None:
     """The plugin's --listen-address is explicit (its default is the loopback) and on the
     port its container names `metrics`, so Prometheus can scrape it."""
-    container = the_container(find(render(rendering), "DaemonSet", PLUGIN.name), PLUGIN)
+    container = the_container(find(render(name), "DaemonSet", PLUGIN.name), PLUGIN)
     listen = [a for a in container["args"] if a.startswith("--listen-address=")]
     assert listen == [f"--listen-address=:{PLUGIN.port}"]
     assert container["ports"][0]["containerPort"] == PLUGIN.port
 
 
-def test_network_policy_admits_only_prometheus_to_the_metrics_port(render: Render) -> None:
-    """The network-policy component puts both agents on the pod network and admits pods
+@pytest.mark.parametrize(
+    ("name", "without"),
+    [("base+network-policy", "base"), ("device-plugin+network-policy", "device-plugin")],
+)
+def test_network_policy_admits_only_prometheus_to_the_metrics_port(
+    render: Render, name: str, without: str
+) -> None:
+    """The network-policy component puts the agents on the pod network and admits pods
     labelled app.kubernetes.io/name=prometheus (any namespace) to the port both containers
-    name `metrics`, nothing else in, nothing out; the base has no NetworkPolicy."""
-    docs = render("base+network-policy")
+    name `metrics`, nothing else in, nothing out; without it there is no NetworkPolicy."""
+    docs = render(name)
     (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
     spec = policy["spec"]
     assert set(spec["policyTypes"]) == {"Ingress", "Egress"}
@@ -678,16 +797,16 @@ def test_network_policy_admits_only_prometheus_to_the_metrics_port(render: Rende
         }
     ]
     selector = spec["podSelector"]["matchLabels"]
-    for agent in AGENTS:
+    for agent in agents_of(name):
         daemonset = find(docs, "DaemonSet", agent.name)
         assert daemonset["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
         assert pod_spec(daemonset)["hostNetwork"] is False
         assert [p["name"] for p in the_container(daemonset, agent)["ports"]] == ["metrics"]
-    assert not [d for d in render("base") if d["kind"] == "NetworkPolicy"]
-    # Only the network changed: the rest is the base's.
-    for agent in AGENTS:
+    assert not [d for d in render(without) if d["kind"] == "NetworkPolicy"]
+    # Only the network changed: the rest is as it was.
+    for agent in agents_of(name):
         changed = copy.deepcopy(find(docs, "DaemonSet", agent.name))
-        base = copy.deepcopy(find(render("base"), "DaemonSet", agent.name))
+        base = copy.deepcopy(find(render(without), "DaemonSet", agent.name))
         for daemonset in (changed, base):
             for key in ("hostNetwork", "dnsPolicy"):
                 del daemonset["spec"]["template"]["spec"][key]
@@ -696,12 +815,18 @@ def test_network_policy_admits_only_prometheus_to_the_metrics_port(render: Rende
         assert changed == base
 
 
-def test_web_config_component_mounts_the_secret_where_the_flag_points(render: Render) -> None:
-    """The web-config component gives both agents --web.config.file inside the Secret's
+@pytest.mark.parametrize(
+    ("name", "without"),
+    [("base+web-config", "base"), ("device-plugin+web-config", "device-plugin")],
+)
+def test_web_config_component_mounts_the_secret_where_the_flag_points(
+    render: Render, name: str, without: str
+) -> None:
+    """The web-config component gives each agent --web.config.file inside the Secret's
     mount (a directory, so that the kubelet's updates reach the file) and HTTPS probes;
     nothing else changes."""
-    docs = render("base+web-config")
-    for agent in AGENTS:
+    docs = render(name)
+    for agent in agents_of(name):
         daemonset = find(docs, "DaemonSet", agent.name)
         container = the_container(daemonset, agent)
         assert container["args"][-1] == WEB_CONFIG_ARG
@@ -711,7 +836,7 @@ def test_web_config_component_mounts_the_secret_where_the_flag_points(render: Re
         assert volume["secret"]["secretName"] == WEB_CONFIG_NAME
         assert "items" not in volume["secret"]
         assert "subPath" not in mount
-        base = copy.deepcopy(find(render("base"), "DaemonSet", agent.name))
+        base = copy.deepcopy(find(render(without), "DaemonSet", agent.name))
         the_container(base, agent)["args"].append(WEB_CONFIG_ARG)
         the_container(base, agent)["volumeMounts"].append(mount)
         pod_spec(base)["volumes"].append(volume)
@@ -758,4 +883,4 @@ def test_checkov_skips_are_the_reviewed_ones(render: Render, rendering: str) -> 
                 skips.setdefault((doc["kind"], doc["metadata"]["name"]), set()).add(check)
         template = doc.get("spec", {}).get("template", {}).get("metadata", {})
         assert not any(k.startswith("checkov.io/") for k in template.get("annotations", {}))
-    assert skips == (CHECKOV_SKIPS_POD_NETWORK if rendering in POD_NETWORK else CHECKOV_SKIPS)
+    assert skips == checkov_skips(rendering)

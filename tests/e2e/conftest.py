@@ -28,7 +28,9 @@ from tests.e2e.ports import busy_ports
 ENV_KUBERNETES = "PODRES_E2E_KUBERNETES"
 ENV_KEEP = "PODRES_E2E_KEEP"
 REPO = Path(__file__).resolve().parents[2]
+# The install of docs/deploy.md: the exporter alone, then with the device plugin added.
 OVERLAY = REPO / "tests" / "e2e" / "overlay"
+PLUGIN_OVERLAY = REPO / "tests" / "e2e" / "overlay-plugin"
 CRDS = REPO / "tests" / "deploy" / "crds"
 TOOLS = (
     "etcd",

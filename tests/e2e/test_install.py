@@ -1,8 +1,11 @@
 """Installed as docs/deploy.md says, on a real single-node cluster, and put through its paces.
 
-The tests run in file order and share one install: ready and hardened, accounting equal to
-the kubelet's own answers, a plugin device in a pod, three kubelet restarts, the plugin's pod
-deleted and brought back, and an uninstall that leaves nothing behind.
+The tests run in file order and share one install, made in two steps as a user makes it: the
+exporter alone first (it must change nothing on the node: no plugin, no resource advertised),
+then the device plugin added with a resource file of the tests' own. Then: ready and
+hardened, accounting equal to the kubelet's own answers, a plugin device in a pod, three
+kubelet restarts, the plugin's pod deleted and brought back, and an uninstall that leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from podres_exporter._generated.podresources.v1 import api_pb2, api_pb2_grpc
 from podres_exporter.core.cpulist import parse_cpulist
 from podres_exporter.daemon.fileid import file_identity
 from tests.e2e.cluster import Cluster, ClusterError, wait_for
-from tests.e2e.conftest import OVERLAY
+from tests.e2e.conftest import OVERLAY, PLUGIN_OVERLAY
 from tests.e2e.images import PROJECT_IMAGE
 from tests.monitoring.dashboard_lint import grafana_values, substitute, targets
 from tests.monitoring.prom import NodePrometheus, alert_exprs, prometheus_scraping
@@ -37,7 +40,7 @@ WORKLOADS = "e2e-workloads"
 EXPORTER_URL = "http://127.0.0.1:9842"  # hostNetwork: the node's own address
 PLUGIN_URL = "http://127.0.0.1:9843"
 FUSE = "podres.io/fuse"
-FUSE_REPLICAS = 32  # deploy/base/plugin.toml
+FUSE_REPLICAS = 32  # tests/e2e/overlay-plugin/plugin.toml
 PART_OF = "app.kubernetes.io/part-of=podres-exporter"
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 
@@ -94,6 +97,24 @@ def fuse_allocatable(cluster: Cluster) -> int:
     except grpc.RpcError:
         return -1
     return sum(len(d.device_ids) for d in allocatable.devices if d.resource_name == FUSE)
+
+
+def node_resources(cluster: Cluster) -> dict[str, dict[str, str]]:
+    """The node's capacity and allocatable, as the API server has them."""
+    status = cluster.get_json("node", cluster.node_name)["status"]
+    return {"capacity": status["capacity"], "allocatable": status["allocatable"]}
+
+
+def device_resources(cluster: Cluster) -> set[str]:
+    """The resources of every device the kubelet holds as allocatable, off its own socket."""
+    _, allocatable = kubelet(cluster)
+    return {d.resource_name for d in allocatable.devices}
+
+
+def plugin_sockets(cluster: Cluster) -> list[str]:
+    """The sockets in the kubelet's device-plugins directory other than its own."""
+    found = (p.name for p in cluster.device_plugin_dir.iterdir() if p.is_socket())
+    return sorted(name for name in found if name != "kubelet.sock")
 
 
 def pods_ready(cluster: Cluster, namespace: str, selector: str | None = None) -> list[Any]:
@@ -162,10 +183,20 @@ spec:
 
 
 @pytest.fixture(scope="module")
-def installed(cluster: Cluster, crds: None) -> Iterator[Cluster]:
-    """``kubectl apply -k`` of the install; the DaemonSets Ready; workloads created."""
+def exporter_only(cluster: Cluster, crds: None) -> tuple[Cluster, dict[str, Any]]:
+    """``kubectl apply -k`` of the exporter-only install, and what the node advertised
+    before it (the API's capacity and allocatable, the kubelet's device resources)."""
+    before = {"node": node_resources(cluster), "devices": device_resources(cluster)}
     cluster.kubectl("apply", "-k", str(OVERLAY))
-    yield cluster
+    return cluster, before
+
+
+@pytest.fixture(scope="module")
+def installed(exporter_only: tuple[Cluster, dict[str, Any]]) -> Cluster:
+    """The device plugin added to the install (``kubectl apply -k`` of the plugin overlay)."""
+    cluster, _ = exporter_only
+    cluster.kubectl("apply", "-k", str(PLUGIN_OVERLAY))
+    return cluster
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +262,46 @@ def exporter_sees_workloads() -> Samples | None:
 
 
 # --------------------------------------------------------------------------- tests
+
+
+def test_exporter_only_install_changes_nothing_on_the_node(
+    exporter_only: tuple[Cluster, dict[str, Any]],
+) -> None:
+    """The exporter-only install runs the exporter, Ready and reading the kubelet, and
+    nothing else: no device-plugin DaemonSet or pod, no plugin socket, no device resource in
+    the kubelet, and the node's capacity and allocatable gain nothing."""
+    cluster, before = exporter_only
+    wait_for(
+        "the exporter to be Ready",
+        partial(pods_ready, cluster, NAMESPACE, "app.kubernetes.io/component=exporter"),
+        timeout=180,
+        interval=1,
+    )
+    samples = wait_for(
+        "the exporter to read the kubelet",
+        exporter_once(lambda m: one(m, "podres_kubelet_up") == 1),
+        timeout=60,
+        interval=0.5,
+    )
+    assert one(samples, "podres_pods") >= 1  # its own pod, at least
+    daemonsets = cluster.get_json("daemonsets", "-n", NAMESPACE)["items"]
+    assert [d["metadata"]["name"] for d in daemonsets] == ["podres-exporter"]
+    pods = cluster.get_json("pods", "-n", NAMESPACE)["items"]
+    components = {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods}
+    assert components == {"exporter"}
+    assert "plugin" not in daemon_processes()
+    assert plugin_sockets(cluster) == []
+    assert device_resources(cluster) <= before["devices"]
+    after = node_resources(cluster)
+    for kind in ("capacity", "allocatable"):
+        was, now = before["node"][kind], after[kind]
+        assert set(now) <= set(was), (kind, sorted(set(now) - set(was)))
+        assert {k: v for k, v in now.items() if "/" not in k} == {
+            k: v for k, v in was.items() if "/" not in k
+        }, kind
+        # Extended resources left by an earlier install may only fade, never grow.
+        for key in (k for k in now if "/" in k):
+            assert int(now[key]) <= int(was[key]), (kind, key)
 
 
 def test_daemonsets_ready_with_no_capabilities_and_read_only_root(installed: Cluster) -> None:
@@ -577,7 +648,7 @@ def test_delete_removes_everything(workloads: Cluster) -> None:
     its sockets with it."""
     cluster = workloads
     cluster.kubectl("delete", "namespace", WORKLOADS, "--wait=true", "--timeout=120s")
-    cluster.kubectl("delete", "-k", str(OVERLAY), "--wait=true", "--timeout=120s")
+    cluster.kubectl("delete", "-k", str(PLUGIN_OVERLAY), "--wait=true", "--timeout=120s")
     left = cluster.kubectl(
         "get",
         "all,configmaps,serviceaccounts,servicemonitors,podmonitors,prometheusrules",

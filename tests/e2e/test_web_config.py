@@ -2,12 +2,12 @@
 certificates required.
 
 The install of docs/security.md ("TLS and basic auth with a web-config file"): the e2e
-overlay, ``deploy/components/web-config``, and a Secret ``podres-web-config`` whose
-``web-config.yml`` says ``RequireAndVerifyClientCert``, with a CA, a server and a client
-certificate made by the test. The kubelet's HTTPS probes send no client certificate: both
-DaemonSets must still become Ready and stay up with no restart, while ``/metrics`` refuses
-a client without a certificate and answers one with a certificate of the CA. Everything
-is deleted afterwards.
+install with the device plugin, ``deploy/components/web-config``, and a Secret
+``podres-web-config`` whose ``web-config.yml`` says ``RequireAndVerifyClientCert``, with a
+CA, a server and a client certificate made by the test. The kubelet's HTTPS probes send no client
+certificate: both DaemonSets must still become Ready and stay up with no restart, while
+``/metrics`` refuses a client without a certificate and answers one with a certificate of
+the CA. Everything is deleted afterwards.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from tests.daemon.web.spies import https_get
 from tests.daemon.web.tlsutil import Issued, client_context, issue, make_ca
 from tests.e2e.cluster import Cluster, wait_for
-from tests.e2e.conftest import OVERLAY, REPO
+from tests.e2e.conftest import PLUGIN_OVERLAY, REPO
 from tests.e2e.test_install import NAMESPACE, PART_OF, daemon_processes, pods_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -46,7 +46,7 @@ tls_server_config:
 def kustomization(directory: Path) -> str:
     """The install with the component and the Secret, in ``directory`` (paths relative to
     it, so that the checkout may be anywhere)."""
-    overlay = os.path.relpath(OVERLAY, directory)
+    overlay = os.path.relpath(PLUGIN_OVERLAY, directory)
     component = os.path.relpath(REPO / "deploy" / "components" / "web-config", directory)
     return f"""\
 apiVersion: kustomize.config.k8s.io/v1beta1

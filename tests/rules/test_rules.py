@@ -324,9 +324,9 @@ def test_target_down_matches_the_job_names_of_every_scrape_setup() -> None:
     found = re.findall(r'job=~"([^"]+)"', expr)
     assert found
     job = re.compile("|".join(f"^(?:{pattern})$" for pattern in found))
-    base = REPO / "deploy" / "base"
-    services = [yaml.safe_load((base / f).read_text())["metadata"]["name"] for f in
-                ("exporter-service.yaml", "device-plugin-service.yaml")]  # fmt: skip
+    services = [yaml.safe_load((REPO / "deploy" / f).read_text())["metadata"]["name"] for f in
+                ("base/exporter-service.yaml",
+                 "components/device-plugin/device-plugin-service.yaml")]  # fmt: skip
     monitor = yaml.safe_load((REPO / "deploy/components/pod-monitor/podmonitor.yaml").read_text())
     assert "jobLabel" not in monitor["spec"]
     pod_monitor_job = f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
