@@ -25,7 +25,7 @@ N is 4,096 (``--quick``: 500). No figure is asserted: they are reported
 (docs/performance.md, "HTTP server"; docs/security.md, "Memory").
 
 Each daemon runs in a memory cgroup of its shipped pod's limit (the exporter 640Mi, the
-plugin 128Mi, as deploy/base sets them) where this machine lets the benchmark make one
+plugin 128Mi, as the shipped manifests set them) where this machine lets the benchmark make one
 (root, the memory controller of cgroup v2 or v1), so it fits its caps to that limit as in
 its pod, and the kernel ends it if it goes past: the run then fails. Where no cgroup can
 be made, the daemons run without a limit, and the run says so.
@@ -59,7 +59,8 @@ WEB_CONFIG = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n"
 PLUGIN_CONFIG = '[[resource]]\nname = "example.com/uplink"\n[resource.discover]\n'
 PLUGIN_CONFIG += 'kind = "netdev"\npattern = "enp*"\n'
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
-# The shipped pods' memory limits (deploy/base/*-daemonset.yaml).
+# The shipped pods' memory limits (deploy/base/exporter-daemonset.yaml and
+# deploy/components/device-plugin/device-plugin-daemonset.yaml).
 POD_LIMITS = {"exporter": 640 * MIB, "plugin": 128 * MIB}
 # Where a memory cgroup may be made, and the file of its limit: cgroup v2, then v1.
 _CGROUP_ROOTS = (

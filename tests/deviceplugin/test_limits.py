@@ -17,7 +17,7 @@ from tests.deviceplugin.test_process import PluginProcess
 from tests.support import wait_until
 
 MIB = 1 << 20
-LIMIT = 128 * MIB  # deploy/base/device-plugin-daemonset.yaml
+LIMIT = 128 * MIB  # deploy/components/device-plugin/device-plugin-daemonset.yaml
 
 
 def _dev_resources(count: int, replicas: int) -> list[dict[str, Any]]:
