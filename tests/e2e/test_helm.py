@@ -1,0 +1,157 @@
+"""The Helm chart on a real single-node cluster: ``helm install`` with the defaults (the
+exporter alone) and the image built from this tree, the exporter Ready and reading the
+kubelet, then ``helm uninstall`` leaving nothing behind.
+
+Its own release and namespace; the exporter listens on the node's port 9842, as the kustomize
+install's does, so the install is removed (and its process gone) before this module ends and
+test_install.py's begins. Needs Helm as tests/helm finds it (``make helm``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cluster import Cluster, ClusterError, wait_for
+from tests.e2e.test_install import (
+    EXPORTER_URL,
+    daemon_processes,
+    kubelet,
+    metrics,
+    one,
+    pods_ready,
+    proc_status,
+)
+from tests.helm.conftest import CHART, ENV_HELM, find_helm
+from tests.support import http_get
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+RELEASE = "podres-e2e"
+NAMESPACE = "podres-helm"
+INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
+# The image the cluster fixture built and imported (tests/e2e/images.py PROJECT_IMAGE).
+IMAGE_VALUES = ("image.registry=localhost", "image.repository=podres-exporter", "image.tag=e2e")
+
+
+class Helm:
+    """Helm against the test cluster, with its caches and settings in a directory of its own."""
+
+    def __init__(self, binary: str, cluster: Cluster, home: Path) -> None:
+        self.binary = binary
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [self.binary, *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=300,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(f"helm {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+
+@pytest.fixture(scope="module")
+def helm(cluster: Cluster) -> Iterator[Helm]:
+    binary = find_helm()
+    if binary is None:
+        pytest.skip(f"helm not found (${ENV_HELM}, .tools/bin/helm, PATH): run `make helm`")
+    with tempfile.TemporaryDirectory(prefix="podres-e2e-helm-") as home:
+        yield Helm(binary, cluster, Path(home))
+
+
+@pytest.fixture(scope="module")
+def released(cluster: Cluster, helm: Helm) -> Iterator[Cluster]:
+    """The chart installed with its defaults and the local image; removed afterwards whatever
+    happened, the exporter's process gone (the node's port 9842 free again)."""
+    sets = [arg for value in IMAGE_VALUES for arg in ("--set", value)]
+    try:
+        helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", *sets)
+        yield cluster
+    finally:
+        helm(
+            "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s", check=False
+        )
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
+        wait_for("the exporter's process to exit", lambda: not daemon_processes(), timeout=60)
+
+
+def test_install_runs_the_exporter_alone(released: Cluster) -> None:
+    """The release is the exporter's DaemonSet, Service and ServiceAccount; its pod becomes
+    Ready, runs with no capabilities and knows its node's name."""
+    cluster = released
+    wait_for(
+        "the exporter installed by Helm to be Ready",
+        lambda: pods_ready(cluster, NAMESPACE, "app.kubernetes.io/component=exporter"),
+        timeout=180,
+        interval=1,
+    )
+    names = cluster.kubectl(
+        "get", "all,configmaps,serviceaccounts", "-n", NAMESPACE, "-l", INSTANCE, "-o", "name"
+    ).stdout.split()
+    assert sorted(n for n in names if not n.startswith(("pod/", "controllerrevision"))) == [
+        "daemonset.apps/podres-exporter",
+        "service/podres-exporter",
+        "serviceaccount/podres-exporter",
+    ]
+    daemons = daemon_processes()
+    assert set(daemons) == {"export"}  # no device plugin
+    status = proc_status(daemons["export"])
+    assert int(status["CapEff"], 16) == 0
+    assert status["NoNewPrivs"] == "1"
+    environ = Path(f"/proc/{daemons['export']}/environ").read_bytes().split(b"\0")
+    assert f"NODE_NAME={cluster.node_name}".encode() in environ
+
+
+def test_exporter_reads_the_kubelet(released: Cluster) -> None:
+    """/metrics on the node's port 9842 says the kubelet is up and counts the pods the
+    kubelet lists."""
+    cluster = released
+
+    def counted() -> bool:
+        samples = metrics(EXPORTER_URL)
+        listed, _ = kubelet(cluster)
+        return (
+            one(samples, "podres_kubelet_up") == 1
+            and one(samples, "podres_pods") == len(listed.pod_resources) >= 1
+        )
+
+    wait_for("the exporter to count the kubelet's pods", counted, timeout=60, interval=1)
+
+
+def test_uninstall_leaves_nothing(released: Cluster, helm: Helm) -> None:
+    """``helm uninstall`` removes every object of the release and the release itself; the
+    exporter's process exits and nothing listens on port 9842 any more."""
+    cluster = released
+    helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
+
+    def left() -> list[str]:
+        kinds = "all,configmaps,secrets,serviceaccounts,networkpolicies"
+        args = ("get", kinds, "-n", NAMESPACE, "-l", INSTANCE, "-o", "name")
+        names: list[str] = cluster.kubectl(*args).stdout.split()
+        return names
+
+    # The DaemonSet's pods go after it (background deletion): a grace period at most.
+    wait_for("the release's objects to be gone", lambda: not left(), timeout=60, interval=1)
+    releases = cluster.kubectl(
+        "get", "secrets", "-n", NAMESPACE, "-l", f"owner=helm,name={RELEASE}", "-o", "name"
+    ).stdout.split()
+    assert releases == []
+    assert helm("status", RELEASE, "--namespace", NAMESPACE, check=False).returncode != 0
+    wait_for("the exporter's process to exit", lambda: not daemon_processes(), timeout=60)
+    assert http_get(EXPORTER_URL + "/metrics")[0] == 0  # nothing listens any more
