@@ -289,9 +289,24 @@ def test_kubelet_root_dir_moves_the_host_paths(template: Template, root: str) ->
     assert host_paths(docs, PLUGIN.name)[device_plugins] == f"{base}/device-plugins"
 
 
-def test_kubelet_root_dir_must_be_absolute(template: Template) -> None:
-    """A relative kubeletRootDir refuses to render, naming the value."""
-    assert "kubeletRootDir" in render_failure(template, {"kubeletRootDir": "var/lib/kubelet"})
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"kubeletRootDir": "var/lib/kubelet"}, "kubeletRootDir"),
+        ({"serviceMonitor": {"enable": True}}, "enable"),
+        ({"devicePlugin": {"resource": []}}, "resource"),
+        ({"gpu": {"enabled": "yes"}}, "gpu.enabled"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "image.pullPolicy"),
+        ({"devicePlugin": {"resources": [{"name": "podres.io/x"}]}}, "discover"),
+    ],
+    ids=str,
+)
+def test_a_wrong_value_refuses_to_render(
+    template: Template, values: dict[str, Any], named: str
+) -> None:
+    """A misspelt value, a value of the wrong type and a relative kubeletRootDir refuse to
+    render (values.schema.json), naming the value, rather than being ignored."""
+    assert named in render_failure(template, values)
 
 
 def test_gpu_gives_the_exporter_nvml_and_advertises_nothing(template: Template) -> None:

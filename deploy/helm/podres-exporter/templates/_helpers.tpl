@@ -23,13 +23,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end }}
 
-{{/* The kubelet's root directory, without a trailing slash. */}}
+{{/* The kubelet's root directory (absolute: values.schema.json), without a trailing slash. */}}
 {{- define "podres.kubeletRootDir" -}}
-{{- $root := trimSuffix "/" .Values.kubeletRootDir -}}
-{{- if not (hasPrefix "/" $root) -}}
-{{- fail (printf "kubeletRootDir: %q is not an absolute path" .Values.kubeletRootDir) -}}
-{{- end -}}
-{{- $root -}}
+{{- trimSuffix "/" .Values.kubeletRootDir -}}
 {{- end }}
 
 {{/*
