@@ -5,6 +5,8 @@ clean under checkov, and the exporter the same DaemonSet as the kustomize base's
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from tests.deploy.test_manifests import (
     the_container,
     validate_custom,
 )
-from tests.helm.conftest import CHART, NAMESPACE, RELEASE, RenderError, run_helm
+from tests.helm.conftest import CHART, NAMESPACE, RELEASE, REPO, RenderError, run_helm
 
 pytestmark = pytest.mark.slow  # Helm, kubectl and checkov run as programs
 
@@ -541,3 +543,33 @@ def test_exporter_is_the_kustomize_base_exporter(template: Template) -> None:
         assert {k: v for k, v in ours_doc.items() if k != "metadata"} == {
             k: v for k, v in theirs_doc.items() if k != "metadata"
         }
+
+
+# --------------------------------------------------------------------------------- the docs
+
+
+def _schema_values(schema: Doc, prefix: str = "") -> set[str]:
+    """The chart's values, dotted: a value with properties of its own is a group, not one."""
+    found: set[str] = set()
+    for key, sub in schema["properties"].items():
+        if key == "global":
+            continue
+        name = f"{prefix}{key}"
+        found |= _schema_values(sub, f"{name}.") if "properties" in sub else {name}
+    return found
+
+
+def test_every_value_is_documented_and_declared() -> None:
+    """docs/helm.md's values table lists exactly the values of values.schema.json, and
+    values.yaml sets each of them."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    declared = _schema_values(schema)
+    text = (REPO / "docs" / "helm.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Za-z.]+)` \|", text, flags=re.MULTILINE))
+    assert documented == declared
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for name in declared:
+        node = values
+        for part in name.split("."):
+            assert isinstance(node, dict) and part in node, f"values.yaml does not set {name}"
+            node = node[part]
