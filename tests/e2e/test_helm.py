@@ -1,6 +1,7 @@
 """The Helm chart on a real single-node cluster: ``helm install`` with the defaults (the
 exporter alone) and the image built from this tree, the exporter Ready and reading the
-kubelet, then ``helm uninstall`` leaving nothing behind.
+kubelet with nothing advertised to it; ``helm upgrade`` adding the device plugin with a
+resource named in the values; then ``helm uninstall`` leaving nothing behind.
 
 Its own release and namespace; the exporter listens on the node's port 9842, as the kustomize
 install's does, so the install is removed (and its process gone) before this module ends and
@@ -9,6 +10,7 @@ test_install.py's begins. Needs Helm as tests/helm finds it (``make helm``).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -20,7 +22,10 @@ import pytest
 from tests.e2e.cluster import Cluster, ClusterError, wait_for
 from tests.e2e.test_install import (
     EXPORTER_URL,
+    FUSE,
+    PLUGIN_URL,
     daemon_processes,
+    fuse_allocatable,
     kubelet,
     metrics,
     one,
@@ -37,6 +42,19 @@ NAMESPACE = "podres-helm"
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 # The image the cluster fixture built and imported (tests/e2e/images.py PROJECT_IMAGE).
 IMAGE_VALUES = ("image.registry=localhost", "image.repository=podres-exporter", "image.tag=e2e")
+FUSE_REPLICAS = 4
+PLUGIN_VALUES = json.dumps(
+    {
+        "enabled": True,
+        "resources": [
+            {"name": FUSE, "replicas": FUSE_REPLICAS, "discover": {"kind": "dev", "glob": "fuse"}}
+        ],
+    }
+)
+
+
+def plugin_sockets(cluster: Cluster) -> list[str]:
+    return sorted(p.name for p in cluster.device_plugin_dir.iterdir() if p.is_socket())
 
 
 class Helm:
@@ -78,7 +96,7 @@ def helm(cluster: Cluster) -> Iterator[Helm]:
 @pytest.fixture(scope="module")
 def released(cluster: Cluster, helm: Helm) -> Iterator[Cluster]:
     """The chart installed with its defaults and the local image; removed afterwards whatever
-    happened, the exporter's process gone (the node's port 9842 free again)."""
+    happened, the agents' processes gone (the node's ports free again)."""
     sets = [arg for value in IMAGE_VALUES for arg in ("--set", value)]
     try:
         helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", *sets)
@@ -88,7 +106,7 @@ def released(cluster: Cluster, helm: Helm) -> Iterator[Cluster]:
             "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s", check=False
         )
         cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true")
-        wait_for("the exporter's process to exit", lambda: not daemon_processes(), timeout=60)
+        wait_for("the agents' processes to exit", lambda: not daemon_processes(), timeout=60)
 
 
 def test_install_runs_the_exporter_alone(released: Cluster) -> None:
@@ -116,6 +134,9 @@ def test_install_runs_the_exporter_alone(released: Cluster) -> None:
     assert status["NoNewPrivs"] == "1"
     environ = Path(f"/proc/{daemons['export']}/environ").read_bytes().split(b"\0")
     assert f"NODE_NAME={cluster.node_name}".encode() in environ
+    # Nothing advertised to the kubelet: no plugin socket beside its own.
+    assert plugin_sockets(cluster) == ["kubelet.sock"]
+    assert fuse_allocatable(cluster) == 0
 
 
 def test_exporter_reads_the_kubelet(released: Cluster) -> None:
@@ -134,9 +155,38 @@ def test_exporter_reads_the_kubelet(released: Cluster) -> None:
     wait_for("the exporter to count the kubelet's pods", counted, timeout=60, interval=1)
 
 
+def test_upgrade_adds_the_plugin_with_the_named_resource(released: Cluster, helm: Helm) -> None:
+    """``helm upgrade`` with devicePlugin values adds the plugin, which the real kubelet
+    registers with the resource file the chart rendered: exactly the devices named there."""
+    cluster = released
+    helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set-json",
+        f"devicePlugin={PLUGIN_VALUES}",
+    )
+    wait_for(
+        "the device plugin installed by Helm to be Ready",
+        lambda: pods_ready(cluster, NAMESPACE, "app.kubernetes.io/component=device-plugin"),
+        timeout=180,
+        interval=1,
+    )
+    wait_for(
+        "the kubelet to advertise the plugin's devices",
+        lambda: fuse_allocatable(cluster) == FUSE_REPLICAS,
+        timeout=60,
+    )
+    assert one(metrics(PLUGIN_URL), "podres_plugin_registered", resource=FUSE) == 1
+    assert set(daemon_processes()) == {"export", "plugin"}
+
+
 def test_uninstall_leaves_nothing(released: Cluster, helm: Helm) -> None:
-    """``helm uninstall`` removes every object of the release and the release itself; the
-    exporter's process exits and nothing listens on port 9842 any more."""
+    """``helm uninstall`` removes every object of the release and the release itself; both
+    agents' processes exit, the plugin's sockets go, and nothing listens on 9842 or 9843."""
     cluster = released
     helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
 
@@ -153,5 +203,7 @@ def test_uninstall_leaves_nothing(released: Cluster, helm: Helm) -> None:
     ).stdout.split()
     assert releases == []
     assert helm("status", RELEASE, "--namespace", NAMESPACE, check=False).returncode != 0
-    wait_for("the exporter's process to exit", lambda: not daemon_processes(), timeout=60)
-    assert http_get(EXPORTER_URL + "/metrics")[0] == 0  # nothing listens any more
+    wait_for("the agents' processes to exit", lambda: not daemon_processes(), timeout=60)
+    assert plugin_sockets(cluster) == ["kubelet.sock"]  # the plugin took its sockets along
+    for url in (EXPORTER_URL, PLUGIN_URL):
+        assert http_get(url + "/metrics")[0] == 0  # nothing listens any more
