@@ -37,7 +37,7 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/podres demo $(DEMO_FLAGS)
 
-## test: the whole test suite (needs promtool, prometheus and tmux: installed when missing)
+## test: the whole test suite (needs promtool, prometheus, tmux and Helm: installed when missing)
 test: $(STAMP) $(CHECKOV_STAMP) $(HELM) system-deps
 	$(BIN)/pytest --cov --cov-report=term
 

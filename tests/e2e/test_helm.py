@@ -35,7 +35,15 @@ from tests.e2e.test_install import (
 from tests.helm.conftest import CHART, ENV_HELM, find_helm
 from tests.support import http_get
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(900),
+    # Before the session's cluster is built for nothing.
+    pytest.mark.skipif(
+        find_helm() is None,
+        reason=f"helm not found (${ENV_HELM}, .tools/bin/helm, PATH): run `make helm`",
+    ),
+]
 
 RELEASE = "podres-e2e"
 NAMESPACE = "podres-helm"
@@ -87,8 +95,7 @@ class Helm:
 @pytest.fixture(scope="module")
 def helm(cluster: Cluster) -> Iterator[Helm]:
     binary = find_helm()
-    if binary is None:
-        pytest.skip(f"helm not found (${ENV_HELM}, .tools/bin/helm, PATH): run `make helm`")
+    assert binary is not None  # the module is skipped otherwise
     with tempfile.TemporaryDirectory(prefix="podres-e2e-helm-") as home:
         yield Helm(binary, cluster, Path(home))
 
