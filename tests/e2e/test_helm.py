@@ -61,6 +61,12 @@ PLUGIN_VALUES = json.dumps(
 )
 
 
+def component_ready(cluster: Cluster, component: str) -> bool:
+    """Every pod of the release's ``component`` (exporter, device-plugin) Ready."""
+    selector = f"{INSTANCE},app.kubernetes.io/component={component}"
+    return bool(pods_ready(cluster, NAMESPACE, selector))
+
+
 def plugin_sockets(cluster: Cluster) -> list[str]:
     return sorted(p.name for p in cluster.device_plugin_dir.iterdir() if p.is_socket())
 
@@ -122,7 +128,7 @@ def test_install_runs_the_exporter_alone(released: Cluster) -> None:
     cluster = released
     wait_for(
         "the exporter installed by Helm to be Ready",
-        lambda: pods_ready(cluster, NAMESPACE, "app.kubernetes.io/component=exporter"),
+        lambda: component_ready(cluster, "exporter"),
         timeout=180,
         interval=1,
     )
@@ -177,15 +183,12 @@ def test_upgrade_adds_the_plugin_with_the_named_resource(released: Cluster, helm
         f"devicePlugin={PLUGIN_VALUES}",
     )
     wait_for(
-        "the device plugin installed by Helm to be Ready",
-        lambda: pods_ready(cluster, NAMESPACE, "app.kubernetes.io/component=device-plugin"),
-        timeout=180,
+        "the plugin installed by Helm to be Ready and its devices advertised",
+        lambda: (
+            component_ready(cluster, "device-plugin") and fuse_allocatable(cluster) == FUSE_REPLICAS
+        ),
+        timeout=240,
         interval=1,
-    )
-    wait_for(
-        "the kubelet to advertise the plugin's devices",
-        lambda: fuse_allocatable(cluster) == FUSE_REPLICAS,
-        timeout=60,
     )
     assert one(metrics(PLUGIN_URL), "podres_plugin_registered", resource=FUSE) == 1
     assert set(daemon_processes()) == {"export", "plugin"}
