@@ -10,10 +10,11 @@ tools/mixin_config.py. Written, with the defaults (or the settings of ``--config
   files for ``rule_files:``;
 - deploy/components/prometheus-rules/: the same as two PrometheusRule objects (their ``spec`` is
   each file's content, indented as it stands, comments included) and the component's
-  kustomization.yaml.
+  kustomization.yaml;
+- deploy/helm/podres-exporter/files/: the Helm chart's copies of the two plain files.
 
 ``--out DIR`` writes the two rule files to DIR and the component to DIR/prometheus-rules/
-instead. ``--check`` writes nothing and exits 1 when the files differ from what would be
+instead (and no chart copies). ``--check`` writes nothing and exits 1 when the files differ from what would be
 written; tests/rules runs it, so the committed files cannot drift from the templates.
 
 Placeholders (``string.Template``; ``$$`` is a dollar sign, ``$labels`` and ``$value`` are
@@ -51,6 +52,10 @@ TEMPLATES = ROOT / "tools" / "mixin"
 PLAIN_DIR = ROOT / "deploy" / "prometheus"
 COMPONENT = ROOT / "deploy" / "components" / "prometheus-rules"
 COMPONENT_DIR_NAME = "prometheus-rules"
+# The Helm chart loads the plain rule files from its own files/ (a chart holds no file outside
+# its directory); they are written there too when writing into the repository.
+CHART_FILES = ROOT / "deploy" / "helm" / "podres-exporter" / "files"
+CHART_DIR_NAME = "chart"
 KUSTOMIZATION_FILE = "kustomization.yaml"
 
 NAMESPACE = "podres-system"
@@ -269,7 +274,8 @@ def kustomization() -> str:
 def render(config: MixinConfig, templates: Path = TEMPLATES) -> dict[str, str]:
     """Every generated file (path relative to the output root -> content).
 
-    The plain rule files sit at the root, the component's files under ``prometheus-rules/``.
+    The plain rule files sit at the root, the component's files under ``prometheus-rules/``,
+    the Helm chart's copies of the plain files under ``chart/``.
     """
     files: dict[str, str] = {}
     for rule_file in RULE_FILES:
@@ -277,6 +283,7 @@ def render(config: MixinConfig, templates: Path = TEMPLATES) -> dict[str, str]:
         plain = render_rule_file(rule_file, text, config)
         files[rule_file.plain] = plain
         files[f"{COMPONENT_DIR_NAME}/{rule_file.component}"] = prometheus_rule(rule_file, plain)
+        files[f"{CHART_DIR_NAME}/{rule_file.plain}"] = plain
     files[f"{COMPONENT_DIR_NAME}/{KUSTOMIZATION_FILE}"] = kustomization()
     return files
 
@@ -287,6 +294,8 @@ def destination(name: str, out: Path | None) -> Path:
         return out / name
     if name.startswith(f"{COMPONENT_DIR_NAME}/"):
         return COMPONENT / name.removeprefix(f"{COMPONENT_DIR_NAME}/")
+    if name.startswith(f"{CHART_DIR_NAME}/"):
+        return CHART_FILES / name.removeprefix(f"{CHART_DIR_NAME}/")
     return PLAIN_DIR / name
 
 
@@ -316,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rules: {err}", file=sys.stderr)
         return 2
     out: Path | None = args.out
+    if out is not None:  # the chart's copies belong to the repository's chart only
+        files = {k: v for k, v in files.items() if not k.startswith(f"{CHART_DIR_NAME}/")}
     if args.check:
         differ = stale(files, out)
         if differ:

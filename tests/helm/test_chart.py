@@ -104,12 +104,19 @@ def test_chart_version_is_the_package_version() -> None:
     assert chart["appVersion"] == package_version()
 
 
-def test_alert_rules_are_a_copy_of_the_rule_file() -> None:
-    """The chart's rule file is byte for byte deploy/prometheus/podres-alerts.yaml (copy it
-    over after editing that file)."""
-    source = DEPLOY / "prometheus" / "podres-alerts.yaml"
-    copied = CHART / "files" / "podres-alerts.yaml"
-    assert copied.read_bytes() == source.read_bytes(), f"cp {source} {copied}"
+RULE_FILES = {
+    "podres-exporter": "podres-alerts.yaml",
+    "podres-exporter-recording": "podres-recording.yaml",
+}
+
+
+@pytest.mark.parametrize("file", RULE_FILES.values())
+def test_rules_are_a_copy_of_the_rule_file(file: str) -> None:
+    """The chart's rule files are byte for byte deploy/prometheus/'s (`make rules` writes
+    both)."""
+    source = DEPLOY / "prometheus" / file
+    copied = CHART / "files" / file
+    assert copied.read_bytes() == source.read_bytes(), "run `make rules`"
 
 
 @pytest.mark.parametrize("name", ["default", "monitoring", "web-config", "network-policy"])
@@ -272,7 +279,7 @@ def test_device_plugin_is_the_kustomize_one(template: Template) -> None:
         for m in mounts
         if m["mountPath"] in host
     }
-    assert found == PLUGIN.host_mounts
+    assert found == PLUGIN.mounts("/var/lib/kubelet")
     writable = [m["mountPath"] for m in mounts if not m.get("readOnly")]
     assert writable == ["/var/lib/kubelet/device-plugins"]
 
@@ -499,13 +506,15 @@ def test_monitor_scrapes_both_agents_with_their_own_labels(template: Template, k
     }
 
 
-def test_prometheus_rule_is_the_rule_file(template: Template) -> None:
-    """The PrometheusRule's spec is the plain rule file's content, Prometheus's own
+@pytest.mark.parametrize(("name", "file"), RULE_FILES.items())
+def test_prometheus_rule_is_the_rule_file(template: Template, name: str, file: str) -> None:
+    """Each PrometheusRule's spec is its plain rule file's content, Prometheus's own
     templates ({{ $labels.node }}) left as they are."""
-    rule = find(template(RENDERINGS["monitoring"]), "PrometheusRule", "podres-exporter")
-    source = yaml.safe_load((DEPLOY / "prometheus" / "podres-alerts.yaml").read_text())
+    rule = find(template(RENDERINGS["monitoring"]), "PrometheusRule", name)
+    source = yaml.safe_load((DEPLOY / "prometheus" / file).read_text())
     assert rule["spec"] == source
-    assert "{{ $labels.node }}" in yaml.safe_dump(rule)
+    if file == "podres-alerts.yaml":
+        assert "{{ $labels.node }}" in yaml.safe_dump(rule)
 
 
 # ------------------------------------------------------------- the same as the kustomize base

@@ -381,8 +381,14 @@ def test_committed_rule_files_are_the_templates_with_the_default_settings() -> N
     rules = load_generator()
     files = rules.render(rules.MixinConfig())
     assert sorted(p.name for p in COMPONENT.iterdir()) == sorted(
-        name.removeprefix("prometheus-rules/") for name in files if "/" in name
+        name.removeprefix("prometheus-rules/")
+        for name in files
+        if name.startswith("prometheus-rules/")
     )
+    assert sorted(name for name in files if name.startswith("chart/")) == [
+        "chart/podres-alerts.yaml",
+        "chart/podres-recording.yaml",
+    ]
     for name, content in files.items():
         path = rules.destination(name, None)
         assert path.read_text(encoding="utf-8") == content, f"run `make rules`: {path}"
