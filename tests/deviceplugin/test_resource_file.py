@@ -111,8 +111,8 @@ def test_a_resource_file_that_declares_nothing_starts_and_serves(
     tmp_path: Path,
 ) -> None:
     """`podres plugin` with nothing declared: starts, registers nothing with a live
-    kubelet, answers /healthz, /readyz and /metrics with 200, logs one warning
-    `no_resources_configured`, and stops on SIGTERM with 0."""
+    kubelet, answers /healthz, /readyz and /metrics with 200 (its page says none is
+    declared), logs one warning `no_resources_configured`, and stops on SIGTERM with 0."""
     kubelet = make_kubelet()
     config = nothing_declared(text)
     log = tmp_path / "plugin.log"
@@ -133,6 +133,7 @@ def test_a_resource_file_that_declares_nothing_starts_and_serves(
             status, _, body = http_get(url + path)
             assert status == 200, (path, body)
         assert b"podres_plugin_" in http_get(url + "/metrics")[2]
+        assert b"resources: <code>none declared</code>" in http_get(url + "/")[2]
         time.sleep(1.5)  # past a health check and a registration attempt, were there any
         assert kubelet.registrations == ()
         assert [p.name for p in kubelet.directory.glob("*.sock")] == ["kubelet.sock"]

@@ -342,7 +342,7 @@ def build_plugin(
         metrics,
         __version__,
         health=health,
-        facts=(("resources", ", ".join(r.name for r in config.resources)),),
+        facts=(("resources", ", ".join(r.name for r in config.resources) or "none declared"),),
     )
     try:
         web_config = process.web_config(settings.web_config_file)
