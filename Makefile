@@ -26,10 +26,14 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/pip install -q checkov==3.3.30
 	touch $(CHECKOV_STAMP)
 
-# Skipped when the full install (a superset) is already there and current.
+# Skipped when the full install (a superset) is already there and current. No byte-compiling
+# of every installed module (Python compiles what the demo imports, as it imports it) and no
+# pip version check over the network: the first `make demo` serves sooner
+# (docs/performance.md, "First run").
 $(DEMO_STAMP): pyproject.toml
 	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
-	  $(PYTHON) -m venv $(VENV) && $(BIN)/pip install -q -e . ; fi
+	  $(PYTHON) -m venv $(VENV) && \
+	  $(BIN)/pip install -q --no-compile --disable-pip-version-check -e . ; fi
 	touch $(DEMO_STAMP)
 
 ## demo: run the exporter against the built-in simulated node (Ctrl-C to stop); installs the

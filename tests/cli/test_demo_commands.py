@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from podres_exporter.cli import DEMO_OPTIONS, parser, settings_from
+from podres_exporter.cli import DEMO_OPTIONS, main, parser, settings_from
 from podres_exporter.cli.demo import DEMO_LISTEN, demo_settings, podres_command
 from podres_exporter.daemon.options import given
+from podres_exporter.daemon.values import parse_listen_address
 from podres_exporter.exporter.settings import CONFIG, Settings
 from tests.support import Samples, http_get, parse_samples, select, wait_until
 
@@ -208,3 +209,14 @@ def test_podres_command_is_the_running_program_by_full_path(
         "-m",
         "podres_exporter",
     ]
+
+
+def test_the_demo_help_shows_the_address_it_serves_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """`podres demo --help` names the loopback default, the very one the demo uses unset."""
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"], {})
+    text = " ".join(capsys.readouterr().out.split())
+    shown = re.search(r"--listen-address ADDRESS .*?\[default (\S+?);", text)
+    assert shown is not None, text
+    assert shown.group(1) == "127.0.0.1:9842"
+    assert parse_listen_address(shown.group(1)) == _demo([], {}, terminal=False).listen_address

@@ -115,8 +115,8 @@ def test_flag_values_override_the_plugin_table() -> None:
         ({"plugin": {"health": "1s"}, "resource": [res()]}, "plugin.health: unknown key"),
         ({"plugin": {"health_interval": "soon"}, "resource": [res()]}, "plugin.health_interval:"),
         ({"plugin": {"xid_unhealthy_for": 0}, "resource": [res()]}, "plugin.xid_unhealthy_for:"),
-        ({}, "resource: declare at least one"),
-        ({"resource": []}, "resource: expected one or more"),
+        ({"resource": "x"}, "resource: expected [[resource]] tables, got the string 'x'"),
+        ({"plugin": {"health_interval": 2}}, 'as in health_interval = "2s"; got the number 2'),
         ({"resource": [res(), {"nmae": "x"}]}, "resource[1].nmae: unknown key"),
         (
             {"resource": [{"discover": {"kind": "dev", "glob": "x"}}]},
@@ -149,7 +149,9 @@ def test_a_bad_value_names_the_file_and_the_key(data: dict[str, Any], key: str) 
     with pytest.raises(ConfigError) as info:
         parse_config(data, source="/etc/podres/plugin.toml")
     message = str(info.value)
-    assert message.startswith("config file /etc/podres/plugin.toml: ")
+    assert message.startswith(
+        "resource file /etc/podres/plugin.toml (--resources / PODRES_RESOURCES): "
+    )
     assert key in message
 
 
@@ -202,7 +204,8 @@ def test_a_refused_name_says_why(name: str, problem: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config({"resource": [res(name)]})
     assert str(info.value) == (
-        f"config file <memory>: resource[0].name: resource name {name!r} {problem}"
+        "resource file <memory> (--resources / PODRES_RESOURCES): "
+        f"resource[0].name: resource name {name!r} {problem}"
     )
 
 
@@ -217,11 +220,15 @@ def test_valid_resource_names_pass(name: str) -> None:
 
 def test_a_missing_or_broken_file_is_named(tmp_path: Path) -> None:
     """An unreadable file and a file that is not TOML are ConfigErrors naming the file."""
-    with pytest.raises(ConfigError, match=r"config file .*nope\.toml \(--resources\)"):
+    with pytest.raises(
+        ConfigError, match=r"^resource file .*nope\.toml \(--resources / PODRES_RESOURCES\)"
+    ):
         load_config(str(tmp_path / "nope.toml"))
     bad = tmp_path / "bad.toml"
     bad.write_text("[[resource]\nname=")
-    with pytest.raises(ConfigError, match=r"bad\.toml \(--resources\) is not valid TOML"):
+    with pytest.raises(
+        ConfigError, match=r"bad\.toml \(--resources / PODRES_RESOURCES\) is not valid TOML"
+    ):
         load_config(str(bad))
 
 

@@ -61,7 +61,7 @@ def run(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[in
         ),
         pytest.param(
             'resource = "intel.com/sriov_vf"\n',
-            "resource: expected one or more [[resource]] tables",
+            "resource: expected [[resource]] tables, got the string",
             id="string-for-tables",
         ),
         pytest.param(
@@ -108,7 +108,10 @@ def test_a_wrong_resource_file_exits_2_naming_file_and_key(
         path.write_bytes(content)
     code, err = run(path, capsys)
     assert code == 2
-    assert err.startswith(f"podres plugin: error: config file {path}")
+    assert err.startswith(
+        f"podres plugin: error: resource file {path} (--resources / PODRES_RESOURCES)"
+    )
+    assert "config file" not in err
     assert names in err and "Traceback" not in err
     assert err.count("\n") == 1
 
@@ -171,7 +174,10 @@ def test_a_resource_file_that_is_no_file_exits_2_naming_it(
     path = make(tmp_path)
     code, err = run(path, capsys)
     assert code == 2
-    assert err.startswith(f"podres plugin: error: config file {path} (--resources)")
+    assert err.startswith(
+        f"podres plugin: error: resource file {path} (--resources / PODRES_RESOURCES)"
+    )
+    assert "config file" not in err
     assert message in err and "Traceback" not in err
 
 

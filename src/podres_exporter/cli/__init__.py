@@ -12,6 +12,7 @@ it never ends them while they start or stop; while they run it reloads.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -66,8 +67,11 @@ CHURN_INTERVAL = Option(
     "to watch.",
     env_prefix=None,
 )
+DEMO_LISTEN_ADDRESS = dataclasses.replace(BY_FLAG["--listen-address"], default="127.0.0.1:9842")
+"""The demo's ``--listen-address``: the exporter's, on the loopback unless told (its help
+shows this default; ``demo_settings`` applies it where no flag, variable or key is set)."""
 DEMO_OPTIONS: tuple[Option, ...] = (
-    BY_FLAG["--listen-address"], BY_FLAG["--poll-interval"], LOG_LEVEL, LOG_FORMAT,
+    DEMO_LISTEN_ADDRESS, BY_FLAG["--poll-interval"], LOG_LEVEL, LOG_FORMAT,
 )  # fmt: skip
 """The exporter's options that ``podres demo`` takes (the simulated node sets the rest)."""
 

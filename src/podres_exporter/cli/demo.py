@@ -27,10 +27,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
+from podres_exporter.cli import DEMO_LISTEN_ADDRESS
 from podres_exporter.cli.export import Exporter
 from podres_exporter.core.errors import ConfigError, ScenarioError
 from podres_exporter.daemon import logconf, process
-from podres_exporter.daemon.options import raw_value, read_config_file
+from podres_exporter.daemon.options import raw_value, read_config_file, resolve
+from podres_exporter.daemon.values import parse_listen_address
 from podres_exporter.deviceplugin.main import (
     DevicePlugin,
     PluginSettings,
@@ -41,8 +43,9 @@ from podres_exporter.exporter.settings import BY_FLAG, Settings
 from podres_sim import Scenario, SimKubelet, resolve_scenario
 from podres_sim.host import SimHost
 
-DEMO_LISTEN: Final = ("127.0.0.1", 9842)
-"""Where the demo serves unless ``--listen-address`` (or its variable or key) says."""
+DEMO_LISTEN: Final = parse_listen_address(DEMO_LISTEN_ADDRESS.default)
+"""Where the demo serves unless ``--listen-address`` (or its variable or key) says: the
+default of the demo's own declaration of the flag, which its help shows."""
 
 TERMINAL_LOG_LEVEL: Final = "warning"
 """The demo's log level on a terminal unless ``--log-level`` (or ...) says."""
@@ -75,7 +78,8 @@ def demo_settings(
     terminal: bool,
 ) -> Settings:
     """``settings`` with the demo's own defaults where no flag, variable or config key
-    set them: :data:`DEMO_LISTEN`, and :data:`TERMINAL_LOG_LEVEL` when ``terminal``."""
+    set them: :data:`DEMO_LISTEN` (resolved through the demo's declaration of
+    ``--listen-address``), and :data:`TERMINAL_LOG_LEVEL` when ``terminal``."""
     path = config_path or env.get("PODRES_CONFIG")
     file_values = read_config_file(path) if path else {}
 
@@ -83,9 +87,9 @@ def demo_settings(
         found = raw_value(BY_FLAG[flag], flags, env, file_values, path)
         return found is None or found[1] == "default"
 
-    changes: dict[str, Any] = {}
-    if unset("--listen-address"):
-        changes["listen_address"] = DEMO_LISTEN
+    changes: dict[str, Any] = {
+        "listen_address": resolve(DEMO_LISTEN_ADDRESS, flags, env, file_values, path)
+    }
     if terminal and unset("--log-level"):
         changes["log_level"] = TERMINAL_LOG_LEVEL
     return replace(settings, **changes)

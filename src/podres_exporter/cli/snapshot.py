@@ -1,12 +1,27 @@
-"""``podres snapshot``: one reading with its accounting, printed as JSON."""
+"""``podres snapshot``: one reading with its accounting, printed as JSON.
+
+When no kubelet answers on ``--kubelet-socket`` (missing, not a socket, not ours to use,
+a file left by a kubelet that stopped, a listener that never answers), the command
+exits 2 with one line naming the socket and the flag, and nothing logged before it: the
+log lines of the telemetry sources (NVML, sysfs, procfs), which start beside the kubelet
+call, are held until the kubelet has answered, and dropped when it did not.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import socket
 import sys
 
 from podres_exporter import collectors
-from podres_exporter.core.errors import ConfigError, FetchError, KubeletError, KubeletUnavailable
+from podres_exporter.core.errors import (
+    ConfigError,
+    FetchError,
+    KubeletError,
+    KubeletTimeout,
+    KubeletUnavailable,
+)
 from podres_exporter.daemon import logconf, process
 from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.exporter.report import to_dict
@@ -14,24 +29,41 @@ from podres_exporter.exporter.settings import Settings
 from podres_exporter.top.fetch.local import check_socket
 
 _SOCKET_HINT = "pass --kubelet-socket PATH (or PODRES_KUBELET_SOCKET)"
+_PROBE_TIMEOUT_S = 1.0
+
+
+class _HeldLog(io.StringIO):
+    """Where log lines wait until the kubelet has answered; rendered as for stderr."""
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+    def release(self, settings: Settings) -> None:
+        """Write the held lines to stderr and log there from now on."""
+        text = self.getvalue()
+        if text:
+            logconf.say(sys.stderr, text.rstrip("\n"))
+        process.configure_logging(settings.log_level, settings.log_format)
 
 
 def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool = True) -> int:
     """Read the kubelet once and print the result. ConfigError (exit 2, naming the flag)
-    when the socket is missing, not a socket, not ours to use or refused; 1 when the
-    kubelet answered an error. A missing socket is found before anything is opened or
-    logged: its message is the only line."""
-    process.configure_logging(settings.log_level, settings.log_format)  # logs nothing itself
+    when no kubelet answers on the socket (see the module's docstring); 1 when the kubelet
+    answered an error. A socket missing or refusing is found before anything is opened."""
     if pod is not None and pod.count("/") != 1:
         raise ConfigError(f"--pod {pod!r}: expected NAMESPACE/NAME")
-    try:
-        check_socket(settings.kubelet_socket, _SOCKET_HINT)
-    except FetchError as err:
-        raise ConfigError(str(err)) from None
+    held = _HeldLog()
+    process.configure_logging(settings.log_level, settings.log_format, stream=held)
+    check_listener(settings.kubelet_socket)
     # Every collector's telemetry: NVML on the real driver, sysfs devices, procfs.
     reader = NodeReader.from_settings(settings, telemetry=telemetry, enabled=collectors.ALL)
     try:
         seen = reader.observe()
+        if seen.reading is None and isinstance(
+            seen.kubelet_error, KubeletUnavailable | KubeletTimeout
+        ):
+            raise ConfigError(_no_answer(settings, seen.kubelet_error))
+        held.release(settings)
         found = None
         if seen.reading is not None and pod is not None:
             namespace, name = pod.split("/")
@@ -58,6 +90,36 @@ def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool 
     except OSError as err:  # `| head -c 100` left, or a full disk: said once, no traceback
         return logconf.output_failed(sys.stdout, sys.stderr, "podres snapshot", err)
     return 0
+
+
+def check_listener(path: str) -> None:
+    """ConfigError naming ``--kubelet-socket`` when ``path`` is no socket we can use or
+    nothing listens on it (connecting is refused: a file left by a kubelet that stopped).
+    A listener slow to accept is left to the kubelet call and its deadline."""
+    try:
+        check_socket(path, _SOCKET_HINT)
+    except FetchError as err:
+        raise ConfigError(str(err)) from None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(_PROBE_TIMEOUT_S)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            raise ConfigError(
+                f"kubelet socket {path} refuses connections (nothing listens on it: the "
+                f"kubelet is not running, or the file is left from an earlier one): "
+                f"{_SOCKET_HINT}"
+            ) from None
+        except OSError:  # a full backlog, a path too long to connect by: the call says
+            return
+
+
+def _no_answer(settings: Settings, err: KubeletError) -> str:
+    """The one line for a kubelet that did not answer on the socket."""
+    detail = str(err).removeprefix(f"kubelet {err.method} on {settings.kubelet_socket}: ")
+    if isinstance(err, KubeletTimeout):
+        detail += f" (no answer within --kubelet-timeout {settings.kubelet_timeout_s:g}s)"
+    return f"no kubelet answers on {settings.kubelet_socket}: {detail}: {_SOCKET_HINT}"
 
 
 def _kubelet_failed(err: KubeletError) -> int:

@@ -290,11 +290,12 @@ def check_at_most(
     )
 
 
-def read_toml(path: str, flag: str = "--config") -> dict[str, Any]:
-    """The TOML file that ``flag`` names; ConfigError naming the flag and the file:
-    unreadable, not a regular file (a FIFO would block, a device never end), larger than
-    1 MiB, not UTF-8 (as TOML must be), not TOML, or nested too deep to parse."""
-    where = f"config file {repr(path) if chr(0) in path else path} ({flag})"
+def read_toml(path: str, flag: str = "--config", what: str = "config file") -> dict[str, Any]:
+    """The TOML file that ``flag`` names; ConfigError naming the file as ``what`` (the
+    plugin's is its ``resource file``), the flag and the file: unreadable, not a regular
+    file (a FIFO would block, a device never end), larger than 1 MiB, not UTF-8 (as TOML
+    must be), not TOML, or nested too deep to parse."""
+    where = f"{what} {repr(path) if chr(0) in path else path} ({flag})"
     try:
         text = _read_regular(path).decode("utf-8")
         return tomllib.loads(text)
@@ -332,7 +333,9 @@ def _read_regular(path: str) -> bytes:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > MAX_CONFIG_BYTES:
-        raise OSError(f"larger than {format_size(MAX_CONFIG_BYTES)}: no config file is that large")
+        raise OSError(
+            f"larger than {format_size(MAX_CONFIG_BYTES)}: no settings or resource file needs that"
+        )
     return data
 
 

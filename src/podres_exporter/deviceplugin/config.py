@@ -32,9 +32,11 @@ all must match); ``netdev`` network interfaces whose name matches the glob
 ``pattern``; ``dev`` device nodes matching ``glob`` under ``/dev`` (``fuse``,
 ``dri/renderD*``; a leading ``/dev/`` is accepted).
 
-A bad file raises :class:`~podres_exporter.core.errors.ConfigError` naming the file and
-the key (``resource[1].discover.kind``; resources count from 0). Pure apart from
-:func:`load_config` reading the file.
+A bad file raises :class:`~podres_exporter.core.errors.ConfigError` naming it as the
+resource file, the flag and variable that name it (:data:`NAMED_BY`) and the key
+(``resource[1].discover.kind``; resources count from 0). A file that declares no
+resource (empty, comments only, ``resource = []``) is valid: the plugin advertises
+nothing. Pure apart from :func:`load_config` reading the file.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ from typing import Any, Final
 
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.kube import NameProblem, extended_resource_problem
-from podres_exporter.daemon.options import key_hint, read_toml
-from podres_exporter.daemon.values import Duration, describe, duration
+from podres_exporter.daemon.options import Option, key_hint, read_toml
+from podres_exporter.daemon.values import Duration, describe, duration, parse_path, toml_type_error
 
 __all__ = [
     "DEFAULT_HEALTH_INTERVAL_S",
@@ -57,6 +59,7 @@ __all__ = [
     "HEALTH_INTERVAL",
     "MAX_DEVICE_IDS",
     "MAX_REPLICAS",
+    "RESOURCES",
     "XID_UNHEALTHY_FOR",
     "Discover",
     "DiscoverKind",
@@ -66,6 +69,21 @@ __all__ = [
     "parse_config",
     "resource_name_problem",
 ]
+
+RESOURCES: Final = Option(
+    "--resources",
+    "config_path",
+    parse_path,
+    None,
+    "The resource file (TOML, [[resource]] tables): the devices to advertise; required.",
+    metavar="FILE",
+)
+"""--resources: the resource file, read by :func:`load_config`, not an option of its own.
+Not ``--config``: that is ``podres export``'s settings file (and ``PODRES_CONFIG`` its
+variable); given to the plugin, it is refused with a message naming ``--resources``."""
+NAMED_BY: Final = f"{RESOURCES.flag} / {RESOURCES.env}"
+"""What names the resource file, as every error about it says: ``resource file F
+(--resources / PODRES_RESOURCES): KEY: ...``; never "config file", the settings' word."""
 
 DEFAULT_HEALTH_INTERVAL_S: Final = 0.5
 DEFAULT_XID_UNHEALTHY_FOR_S: Final = 300.0
@@ -206,7 +224,7 @@ class _Table:
 
     def __init__(self, data: Any, where: str, source: str) -> None:
         self.where = where
-        self.source = source
+        self.source = source  # the file as errors name it: _named(path)
         if not isinstance(data, dict):
             raise self.error(f"expected a table, got {describe(data)}")
         self.data: dict[str, Any] = data
@@ -216,7 +234,7 @@ class _Table:
 
     def error(self, message: str, name: str | None = None) -> ConfigError:
         where = self.where if name is None else self.key(name)
-        return ConfigError(f"config file {self.source}: {where}: {message}")
+        return ConfigError(f"{self.source}: {where}: {message}")
 
     def only(self, allowed: tuple[str, ...]) -> None:
         for name in self.data:
@@ -244,11 +262,13 @@ class _Table:
         return value
 
     def duration(self, name: str, default: float, parse: Duration) -> float:
+        """A duration: a string with its unit, as in the settings file."""
         if name not in self.data:
             return default
         value = self.data[name]
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise self.error(f'expected a duration such as "500ms", got {describe(value)}', name)
+        wrong = toml_type_error(parse, name, value)
+        if wrong is not None:
+            raise self.error(wrong, name)
         try:
             return parse(value)
         except ValueError as err:
@@ -260,6 +280,11 @@ class _Table:
                 raise self.error("is required", name)
             return None
         return _Table(self.data[name], self.key(name), self.source)
+
+
+def _named(path: str) -> str:
+    """The resource file at ``path`` as its errors name it."""
+    return f"resource file {path} ({NAMED_BY})"
 
 
 def _hex_id(table: _Table, name: str) -> str | None:
@@ -369,36 +394,36 @@ def parse_config(
     health_interval_s: float | None = None,
     xid_unhealthy_for_s: float | None = None,
 ) -> PluginConfig:
-    """A PluginConfig from the parsed TOML ``data``; ConfigError names the bad key.
+    """A PluginConfig from the parsed TOML ``data``; ConfigError names the bad key. No
+    ``[[resource]]`` at all is a config that advertises nothing.
 
     ``health_interval_s`` / ``xid_unhealthy_for_s``, when given (from a flag or the
     environment, already parsed), win over the ``[plugin]`` table.
     """
-    top = _Table(dict(data), "", source)
+    named = _named(source)
+    top = _Table(dict(data), "", named)
     top.only(("plugin", "resource"))
-    plugin = top.table("plugin") or _Table({}, "plugin", source)
+    plugin = top.table("plugin") or _Table({}, "plugin", named)
     plugin.only(("health_interval", "xid_unhealthy_for"))
-    resources_raw = top.data.get("resource")
-    if resources_raw is None:
-        raise top.error("declare at least one [[resource]]", "resource")
-    if not isinstance(resources_raw, list) or not resources_raw:
-        raise top.error("expected one or more [[resource]] tables", "resource")
+    resources_raw = top.data.get("resource", [])
+    if not isinstance(resources_raw, list):
+        raise top.error(f"expected [[resource]] tables, got {describe(resources_raw)}", "resource")
     resources = tuple(
-        _resource(_Table(item, f"resource[{i}]", source)) for i, item in enumerate(resources_raw)
+        _resource(_Table(item, f"resource[{i}]", named)) for i, item in enumerate(resources_raw)
     )
     seen: dict[str, int] = {}
     for i, res in enumerate(resources):
         if res.name in seen:
             raise ConfigError(
-                f"config file {source}: resource[{i}].name: {res.name!r} is already "
+                f"{named}: resource[{i}].name: {res.name!r} is already "
                 f"declared by resource[{seen[res.name]}]"
             )
         seen[res.name] = i
-    share = MAX_DEVICE_IDS // len(resources)
+    share = MAX_DEVICE_IDS // max(1, len(resources))
     for i, res in enumerate(resources):
         if res.replicas > share:
             raise ConfigError(
-                f"config file {source}: resource[{i}].replicas: {res.replicas} ids per device "
+                f"{named}: resource[{i}].replicas: {res.replicas} ids per device "
                 f"do not fit the {share} ids each of {len(resources)} resources may advertise "
                 f"(at most {MAX_DEVICE_IDS} in all, shared equally)"
             )
@@ -420,7 +445,7 @@ def load_config(
 ) -> PluginConfig:
     """Read and validate the resource file at ``path`` (see :func:`parse_config`)."""
     return parse_config(
-        read_toml(path, flag="--resources"),
+        read_toml(path, flag=NAMED_BY, what="resource file"),
         source=path,
         health_interval_s=health_interval_s,
         xid_unhealthy_for_s=xid_unhealthy_for_s,

@@ -40,6 +40,7 @@ from podres_exporter.deviceplugin.config import (
     DEFAULT_HEALTH_INTERVAL_S,
     DEFAULT_XID_UNHEALTHY_FOR_S,
     HEALTH_INTERVAL,
+    RESOURCES,
     XID_UNHEALTHY_FOR,
     PluginConfig,
     load_config,
@@ -72,18 +73,6 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_LISTEN = "127.0.0.1:9843"
-
-RESOURCES = Option(
-    "--resources",
-    "config_path",
-    parse_path,
-    None,
-    "The resource file (TOML, [[resource]] tables): the devices to advertise; required.",
-    metavar="FILE",
-)
-"""--resources: the resource file, read by :func:`load_plugin_config`, not an option of its own.
-Not ``--config``: that is ``podres export``'s settings file (and ``PODRES_CONFIG`` its
-variable); given to the plugin, it is refused with a message naming ``--resources``."""
 
 _NOT_CONFIG = (
     "is the settings file of podres export; the plugin's resource file is --resources FILE "
@@ -246,7 +235,9 @@ class DevicePlugin:
         return self.http.url
 
     def start(self) -> None:
-        """First health check (so the first ListAndWatch is complete), then serve."""
+        """First health check (so the first ListAndWatch is complete), then serve. A
+        resource file that declares nothing is logged once (``no_resources_configured``):
+        the plugin then registers nothing and serves its pages alone."""
         try:
             self.monitor.check()
         except Exception as err:  # noqa: BLE001 - the health loop retries; serve regardless
@@ -256,6 +247,13 @@ class DevicePlugin:
         if self.web_config is not None:
             self.web_config.start()
         self.http.start("podres-plugin-http")
+        if not self.config.resources:
+            log.warning(
+                "no_resources_configured",
+                path=self.settings.config_path,
+                advertises="nothing",
+                hint="declare the devices to advertise in [[resource]] tables",
+            )
         log.info(
             "plugin_started",
             version=__version__,
@@ -344,7 +342,7 @@ def build_plugin(
         metrics,
         __version__,
         health=health,
-        facts=(("resources", ", ".join(r.name for r in config.resources)),),
+        facts=(("resources", ", ".join(r.name for r in config.resources) or "none declared"),),
     )
     try:
         web_config = process.web_config(settings.web_config_file)

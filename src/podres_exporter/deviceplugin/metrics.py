@@ -109,8 +109,10 @@ class PluginMetrics:
         self._registered.labels(resource=resource).set(1 if registered else 0)
 
     def all_registered(self) -> bool:
+        """Every resource registered; true with none to register (a resource file that
+        declares nothing: the plugin is ready, and advertises nothing)."""
         with self._lock:
-            return bool(self._is_registered) and all(self._is_registered.values())
+            return all(self._is_registered.values())
 
     def unregistered(self) -> list[str]:
         with self._lock:
@@ -142,7 +144,7 @@ def plugin_site(
     def readiness() -> tuple[bool, str]:
         if metrics.all_registered():
             return True, "ok"
-        return False, f"not registered: {', '.join(metrics.unregistered()) or 'none yet'}"
+        return False, f"not registered: {', '.join(metrics.unregistered())}"
 
     return Site(
         metrics=registry_metrics(metrics.registry),
