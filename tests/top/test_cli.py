@@ -235,6 +235,25 @@ def test_missing_socket_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFix
     assert env_proc.returncode == 2 and str(missing) in env_proc.stderr
 
 
+def test_the_exporters_own_variables_are_not_read(
+    make_sim: MakeSim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PODRES_CONFIG and the exporter's other variables are the exporter's settings, not
+    top's: a bad settings file or timeout there changes nothing for `podres top`."""
+    sim = make_sim("minimal")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("this is not toml = = =\n")
+    proc = run(
+        capsys,
+        "--once",
+        "--kubelet-socket",
+        str(sim.socket_path),
+        env={"PODRES_CONFIG": str(bad), "PODRES_KUBELET_TIMEOUT": "nonsense"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "config" not in proc.stderr and "PODRES_KUBELET_TIMEOUT" not in proc.stderr
+
+
 def test_permission_denied_names_the_flag(make_sim: MakeSim) -> None:
     """A socket we may not use: permission denied, naming --kubelet-socket; exit 2."""
     sim = make_sim("minimal")
@@ -250,13 +269,16 @@ def test_permission_denied_names_the_flag(make_sim: MakeSim) -> None:
 
 
 def test_nothing_listening_on_the_socket(tmp_path: Path) -> None:
-    """A socket file with no kubelet behind it: the kubelet cannot be reached; exit 2."""
+    """A socket file with no kubelet behind it (left by a kubelet that stopped): exit 2, one
+    line naming it and --kubelet-socket, not gRPC's connection text."""
     path = tmp_path / "kubelet.sock"
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(path))
         proc = top("--kubelet-socket", str(path), "--once")
     assert proc.returncode == 2
-    assert "cannot read the kubelet" in proc.stderr and "--kubelet-socket" in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refuses connections" in lines[0], proc.stderr
+    assert "--kubelet-socket" in lines[0] and str(path) in lines[0]
 
 
 @pytest.mark.parametrize("flag", ["--exporter", "--prometheus"])

@@ -267,7 +267,11 @@ def open_source(
     from podres_exporter.exporter.settings import build as build_settings
 
     flags = given(ns, LOCAL_OPTIONS)
-    settings = build_settings(flags, env, collector_names=tuple(collectors.BY_NAME))
+    # Only top's own variables: the exporter's others (PODRES_CONFIG, PODRES_KUBELET_TIMEOUT...)
+    # are not top's settings, and one variable means one thing in every command.
+    own = {opt.env for opt in LOCAL_OPTIONS}
+    local_env = {key: value for key, value in env.items() if key in own}
+    settings = build_settings(flags, local_env, collector_names=tuple(collectors.BY_NAME))
     # The exporter's machinery logs; a log line would tear a live frame, and once only
     # errors go to stderr.
     logconf.configure("error", stream=io.StringIO() if live else sys.stderr, json=False)

@@ -7,6 +7,7 @@ the exporter's collectors render them. No exporter needed.
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import time
 from collections.abc import Callable
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 # Collectors whose metrics top does not show: the local source leaves them off.
 UNSHOWN_COLLECTORS = frozenset({"build", "pci", "net", "infiniband"})
+# How long connecting to the kubelet socket may take before the call is left to say more.
+PROBE_TIMEOUT_S = 1.0
 
 
 TOP_SOCKET_HINT = (
@@ -32,7 +35,9 @@ TOP_SOCKET_HINT = (
 
 def check_socket(path: str, hint: str = TOP_SOCKET_HINT) -> None:
     """Fail early with exit status 2 and ``hint`` (what to pass instead), naming
-    ``--kubelet-socket``, when the socket is missing or not ours to use."""
+    ``--kubelet-socket``, when the socket is missing, not ours to use, or nothing listens on
+    it (connecting is refused: a file left by a kubelet that stopped). A listener slow to
+    accept is left to the kubelet call and its deadline."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -54,6 +59,18 @@ def check_socket(path: str, hint: str = TOP_SOCKET_HINT) -> None:
             f"permission denied on kubelet socket {path} (it is root-only: run as root): {hint}",
             exit_code=2,
         )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(PROBE_TIMEOUT_S)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            raise fetch_error(
+                f"kubelet socket {path} refuses connections (nothing listens on it: the "
+                f"kubelet is not running, or the file is left from an earlier one): {hint}",
+                exit_code=2,
+            ) from None
+        except OSError:  # a full backlog, a path too long to connect by: the call says
+            return
 
 
 class LocalSource:
