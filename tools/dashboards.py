@@ -157,10 +157,10 @@ def variables(multi_cluster: bool, *extra: Variable) -> tuple[Variable, ...]:
 
 
 def fleet_board(multi_cluster: bool) -> Dashboard:
-    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="unallocated"')
+    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="free"')
     allocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="allocated"')
     unhealthy = sel("podres_node_devices", 'resource=~"$resource"', 'state="allocated_unhealthy"')
-    allocatable = sel("podres_node_devices", 'resource=~"$resource"', 'state="allocatable"')
+    allocatable = sel("podres_node_allocatable_devices", 'resource=~"$resource"')
     overview = Row(
         "Fleet",
         (
@@ -180,7 +180,7 @@ def fleet_board(multi_cluster: bool) -> Dashboard:
                 Query(f"sum({sel('podres_node_cpus', eq('pool', 'shared_free'))})"), unit="none",
             ),
             stat(
-                "Unallocated devices", "How many devices could still be handed out?",
+                "Free devices", "How many devices could still be handed out?",
                 Query(f"sum({unallocated})"), unit="none",
             ),
             stat(
@@ -243,7 +243,7 @@ def fleet_board(multi_cluster: bool) -> Dashboard:
                 sort_by="Node", height=10,
             ),
             timeseries(
-                "Unallocated devices by resource",
+                "Free devices by resource",
                 "How has the fleet's free capacity of each resource changed?",
                 Query(f"sum by (resource) ({unallocated})", "{{resource}}"),
                 unit="none", width=12,
@@ -282,7 +282,7 @@ def node_board(multi_cluster: bool) -> Dashboard:
                 "How are each NUMA node's CPUs split between reserved, exclusive and the free "
                 "shared pool?",
                 Query(f"sum by (node, numa_node, pool) "
-                      f"({sel('podres_node_cpus', ne('pool', 'allocatable'))})",
+                      f"({sel('podres_node_cpus')})",
                       "{{node}} NUMA {{numa_node}} {{pool}}"),
                 unit="none", stack=True, width=12, legend_table=True,
             ),
@@ -333,25 +333,26 @@ def node_board(multi_cluster: bool) -> Dashboard:
         (
             table(
                 "Devices per resource and NUMA node",
-                "How many devices of each resource are allocatable, allocated, unallocated, or "
+                "How many devices of each resource are allocatable, allocated, free, or "
                 "held while unhealthy, on which NUMA node?",
+                Query(f"sum by (node, resource, numa_node) "
+                      f"({sel('podres_node_allocatable_devices', *dev)})"),
                 *(
                     Query(f"sum by (node, resource, numa_node) "
                           f"({sel('podres_node_devices', *dev, eq('state', state))})")
-                    for state in ("allocatable", "allocated", "unallocated",
-                                  "allocated_unhealthy")
+                    for state in ("allocated", "free", "allocated_unhealthy")
                 ),
                 unit="none",
                 columns={"node": "Node", "resource": "Resource", "numa_node": "NUMA node",
                          "Value #A": "Allocatable", "Value #B": "Allocated",
-                         "Value #C": "Unallocated", "Value #D": "Allocated unhealthy"},
+                         "Value #C": "Free", "Value #D": "Allocated unhealthy"},
                 sort_by="Resource", width=12, height=9,
             ),
             timeseries(
-                "Unallocated devices",
+                "Free devices",
                 "How many devices of each resource were free over time, per NUMA node?",
                 Query(f"sum by (node, resource, numa_node) "
-                      f"({sel('podres_node_devices', *dev, eq('state', 'unallocated'))})",
+                      f"({sel('podres_node_devices', *dev, eq('state', 'free'))})",
                       "{{node}} {{resource}} NUMA {{numa_node}}"),
                 unit="none", width=12, height=9,
             ),
@@ -846,7 +847,7 @@ def waste_board(multi_cluster: bool) -> Dashboard:
             ),
         ),
     )  # fmt: skip
-    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="unallocated"')
+    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="free"')
     free = Row(
         "Free capacity",
         (

@@ -207,7 +207,8 @@ def test_old_v1alpha1_kubelet(make_sim: MakeSim, make_exporter: MakeExporter) ->
     )
     assert not select(s, "podres_node_cpus")
     assert select(s, "podres_node_devices", state="allocated")
-    assert not select(s, "podres_node_devices", state="unallocated")
+    assert not select(s, "podres_node_devices", state="free")
+    assert not select(s, "podres_node_allocatable_devices")
     assert select(s, "podres_container_device_info")
 
 

@@ -6,16 +6,18 @@ from podres_exporter.collectors import devices
 from tests.collectors.support import READING, exposition, node_view
 
 EXPECTED = """\
-# HELP podres_node_devices Devices per resource, NUMA node and state: allocatable (healthy), allocated, unallocated (allocatable and free), allocated_unhealthy (held, no longer allocatable).
+# HELP podres_node_devices Devices per resource, NUMA node and state: free (allocatable, held by nobody), allocated (held, allocatable), allocated_unhealthy (held, no longer allocatable); the states add up to every device the kubelet knows.
 # TYPE podres_node_devices gauge
-podres_node_devices{numa_node="0",resource="nvidia.com/gpu",state="allocatable"} 1.0
 podres_node_devices{numa_node="0",resource="nvidia.com/gpu",state="allocated"} 1.0
 podres_node_devices{numa_node="0",resource="nvidia.com/gpu",state="allocated_unhealthy"} 0.0
-podres_node_devices{numa_node="0",resource="nvidia.com/gpu",state="unallocated"} 0.0
-podres_node_devices{numa_node="1",resource="nvidia.com/gpu",state="allocatable"} 1.0
-podres_node_devices{numa_node="1",resource="nvidia.com/gpu",state="allocated"} 1.0
+podres_node_devices{numa_node="0",resource="nvidia.com/gpu",state="free"} 0.0
+podres_node_devices{numa_node="1",resource="nvidia.com/gpu",state="allocated"} 0.0
 podres_node_devices{numa_node="1",resource="nvidia.com/gpu",state="allocated_unhealthy"} 1.0
-podres_node_devices{numa_node="1",resource="nvidia.com/gpu",state="unallocated"} 1.0
+podres_node_devices{numa_node="1",resource="nvidia.com/gpu",state="free"} 1.0
+# HELP podres_node_allocatable_devices Healthy devices the kubelet can hand out, per resource and NUMA node (free + allocated).
+# TYPE podres_node_allocatable_devices gauge
+podres_node_allocatable_devices{numa_node="0",resource="nvidia.com/gpu"} 1.0
+podres_node_allocatable_devices{numa_node="1",resource="nvidia.com/gpu"} 1.0
 # HELP podres_node_device_info One series per device id the kubelet reports: free (allocatable, held by nobody), allocated, or allocated_unhealthy (held, no longer allocatable).
 # TYPE podres_node_device_info gauge
 podres_node_device_info{device_id="GPU-a1",numa_node="0",resource="nvidia.com/gpu",state="allocated"} 1.0

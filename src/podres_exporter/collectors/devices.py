@@ -1,6 +1,7 @@
 """Devices per resource, NUMA node and state, and who holds each.
 
-``podres_node_devices``, ``podres_node_device_info`` and ``podres_container_device_info``.
+``podres_node_devices``, ``podres_node_allocatable_devices``, ``podres_node_device_info`` and
+``podres_container_device_info``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,20 @@ from podres_exporter.core.accounting import Accounting
 def _families(acc: Accounting) -> Iterator[Metric]:
     yield labelled(
         "podres_node_devices",
-        "Devices per resource, NUMA node and state: allocatable (healthy), allocated, "
-        "unallocated (allocatable and free), "
-        "allocated_unhealthy (held, no longer allocatable).",
+        "Devices per resource, NUMA node and state: free (allocatable, held by nobody), "
+        "allocated (held, allocatable), allocated_unhealthy (held, no longer allocatable); "
+        "the states add up to every device the kubelet knows.",
         ["resource", "numa_node", "state"],
         sorted(acc.node_devices.items()),
     )
+    if acc.allocatable_devices:
+        yield labelled(
+            "podres_node_allocatable_devices",
+            "Healthy devices the kubelet can hand out, per resource and NUMA node "
+            "(free + allocated).",
+            ["resource", "numa_node"],
+            sorted(acc.allocatable_devices.items()),
+        )
     yield info(
         "podres_node_device",
         "One series per device id the kubelet reports: free (allocatable, held by nobody), "
