@@ -202,7 +202,9 @@ def test_old_v1alpha1_kubelet(make_sim: MakeSim, make_exporter: MakeExporter) ->
     wait_until(lambda: ready(exp))
     s = scrape(exp.url)
     assert (
-        sample(s, "podres_kubelet_api_info", version="v1alpha1", get_allocatable="unimplemented")
+        sample(
+            s, "podres_kubelet_api_info", api_version="v1alpha1", get_allocatable="unimplemented"
+        )
         == 1
     )
     assert not select(s, "podres_node_cpus")
@@ -220,7 +222,7 @@ def test_get_allocatable_disabled_is_visible(
     exp = make_exporter(sim)
     wait_until(lambda: ready(exp))
     s = scrape(exp.url)
-    assert sample(s, "podres_kubelet_api_info", version="v1", get_allocatable="disabled") == 1
+    assert sample(s, "podres_kubelet_api_info", api_version="v1", get_allocatable="disabled") == 1
     assert sample(s, "podres_cpu_shared_pool_basis", basis="online") == 1
 
 

@@ -133,7 +133,7 @@ DEVICES = (
         ]
     ),
     *(
-        s("podres_device_resolution_info", 1, resource=r, device_id=d, physical_id=p, kind=k)
+        s("podres_device_resolution_info", 1, resource=r, device_id=d, uuid=p, id_kind=k)
         for r, d, p, k in [
             ("nvidia.com/gpu", GPU_A, GPU_A, "gpu"),
             ("nvidia.com/gpu.shared", f"{GPU_S}::0", GPU_S, "gpu"),

@@ -66,7 +66,7 @@ def hostile_reading(node: str = ESC, at: float = 100.0) -> Reading:
         add("podres_cpu_assignment_info", cpu=str(i), numa_node=CR, pool="exclusive", **h)
         add("podres_container_device_info", numa_node=CR, **dev, **h)
         add("podres_node_device_info", numa_node=CR, state="allocated", **dev)
-        add("podres_device_resolution_info", physical_id=MARKUP + dev["device_id"], **dev)
+        add("podres_device_resolution_info", uuid=MARKUP + dev["device_id"], **dev)
         add("podres_container_memory_bytes", 2**20, memory_type=NUL_DEL, numa_node="0", **h)
     return Reading(tuple(samples), at, "origin")
 
