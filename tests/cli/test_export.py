@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import re
 import socket
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from podres_exporter import __version__
+from podres_exporter.buildinfo import BuildInfo
 from podres_exporter.cli.export import Exporter
 from podres_exporter.core.errors import ConfigError
 from podres_sim import SimKubelet
@@ -276,3 +279,28 @@ def test_docs_list_every_metric(make_sim: MakeSim, make_exporter: MakeExporter) 
         f"served, not documented: {sorted(served - documented)}; "
         f"documented, not served: {sorted(documented - served)}"
     )
+
+
+def test_the_exporter_names_its_node_and_build(
+    make_sim: MakeSim, make_exporter: MakeExporter
+) -> None:
+    """podres_node_info carries --node-name, and no other series a node label;
+    podres_build_info the version, revision and Python version."""
+    exp = make_exporter(
+        make_sim("minimal"),
+        node_name="gpu-node-7",
+        build=BuildInfo(__version__, "0123abc", platform.python_version()),
+    )
+    wait_until(lambda: ready(exp))
+    s = scrape(exp.url)
+    assert select(s, "podres_node_info") == {frozenset({("node", "gpu-node-7")}): 1}
+    assert not [n for n, labels in s if n != "podres_node_info" and "node" in dict(labels)]
+    assert select(s, "podres_build_info") == {
+        frozenset(
+            {
+                ("version", __version__),
+                ("revision", "0123abc"),
+                ("python_version", platform.python_version()),
+            }
+        ): 1
+    }

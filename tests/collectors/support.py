@@ -440,8 +440,9 @@ class _Families:
         return self._families
 
 
-def exposition(collector: Collector, view: NodeView, version: str = "1.2.3") -> str:
-    """The text exposition of ``collector``'s families alone for ``view``."""
+def exposition(collector: Collector, view: NodeView, version: str = "1.2.3", **context: str) -> str:
+    """The text exposition of ``collector``'s families alone for ``view`` (``context``: the
+    render context's other facts, ``node``, ``revision``, ``python_version``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(collector.collect(RenderContext(view, version))))
+    registry.register(_Families(collector.collect(RenderContext(view, version, **context))))
     return generate_latest(registry).decode()
