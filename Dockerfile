@@ -54,6 +54,8 @@ RUN apt-get update \
 COPY --from=build /opt/podres /opt/podres
 
 ARG VERSION
+# The git commit built (make image passes it): podres_build_info{revision} reads it at run time.
+ARG PODRES_REVISION=unknown
 LABEL org.opencontainers.image.title="podres-exporter" \
       org.opencontainers.image.description="Kubernetes node agent: which container holds which CPUs, devices and memory, as Prometheus metrics" \
       org.opencontainers.image.version="${VERSION}" \
@@ -61,6 +63,7 @@ LABEL org.opencontainers.image.title="podres-exporter" \
       org.opencontainers.image.source="https://github.com/podres-exporter/podres-exporter"
 
 ENV PATH=/opt/podres/bin:$PATH \
+    PODRES_REVISION=${PODRES_REVISION} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 

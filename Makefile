@@ -88,8 +88,9 @@ bench: $(STAMP)
 image: VERSION = $(shell $(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
 image: IMAGE ?= ghcr.io/podres-exporter/podres-exporter:$(VERSION)
 image: CONTAINER_ENGINE ?= $(if $(shell command -v podman),podman,docker)
+image: REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 image:
-	$(CONTAINER_ENGINE) build -f Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) $(IMAGE_BUILD_FLAGS) .
+	$(CONTAINER_ENGINE) build -f Dockerfile --build-arg VERSION=$(VERSION) --build-arg PODRES_REVISION=$(REVISION) -t $(IMAGE) $(IMAGE_BUILD_FLAGS) .
 
 ## dist: the wheel and the sdist in dist/ (`pipx install dist/podres_exporter-*.whl` on a laptop)
 dist: $(STAMP)

@@ -157,10 +157,10 @@ def variables(multi_cluster: bool, *extra: Variable) -> tuple[Variable, ...]:
 
 
 def fleet_board(multi_cluster: bool) -> Dashboard:
-    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="unallocated"')
+    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="free"')
     allocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="allocated"')
     unhealthy = sel("podres_node_devices", 'resource=~"$resource"', 'state="allocated_unhealthy"')
-    allocatable = sel("podres_node_devices", 'resource=~"$resource"', 'state="allocatable"')
+    allocatable = sel("podres_node_allocatable_devices", 'resource=~"$resource"')
     overview = Row(
         "Fleet",
         (
@@ -180,7 +180,7 @@ def fleet_board(multi_cluster: bool) -> Dashboard:
                 Query(f"sum({sel('podres_node_cpus', eq('pool', 'shared_free'))})"), unit="none",
             ),
             stat(
-                "Unallocated devices", "How many devices could still be handed out?",
+                "Free devices", "How many devices could still be handed out?",
                 Query(f"sum({unallocated})"), unit="none",
             ),
             stat(
@@ -243,7 +243,7 @@ def fleet_board(multi_cluster: bool) -> Dashboard:
                 sort_by="Node", height=10,
             ),
             timeseries(
-                "Unallocated devices by resource",
+                "Free devices by resource",
                 "How has the fleet's free capacity of each resource changed?",
                 Query(f"sum by (resource) ({unallocated})", "{{resource}}"),
                 unit="none", width=12,
@@ -282,7 +282,7 @@ def node_board(multi_cluster: bool) -> Dashboard:
                 "How are each NUMA node's CPUs split between reserved, exclusive and the free "
                 "shared pool?",
                 Query(f"sum by (node, numa_node, pool) "
-                      f"({sel('podres_node_cpus', ne('pool', 'allocatable'))})",
+                      f"({sel('podres_node_cpus')})",
                       "{{node}} NUMA {{numa_node}} {{pool}}"),
                 unit="none", stack=True, width=12, legend_table=True,
             ),
@@ -333,25 +333,26 @@ def node_board(multi_cluster: bool) -> Dashboard:
         (
             table(
                 "Devices per resource and NUMA node",
-                "How many devices of each resource are allocatable, allocated, unallocated, or "
+                "How many devices of each resource are allocatable, allocated, free, or "
                 "held while unhealthy, on which NUMA node?",
+                Query(f"sum by (node, resource, numa_node) "
+                      f"({sel('podres_node_allocatable_devices', *dev)})"),
                 *(
                     Query(f"sum by (node, resource, numa_node) "
                           f"({sel('podres_node_devices', *dev, eq('state', state))})")
-                    for state in ("allocatable", "allocated", "unallocated",
-                                  "allocated_unhealthy")
+                    for state in ("allocated", "free", "allocated_unhealthy")
                 ),
                 unit="none",
                 columns={"node": "Node", "resource": "Resource", "numa_node": "NUMA node",
                          "Value #A": "Allocatable", "Value #B": "Allocated",
-                         "Value #C": "Unallocated", "Value #D": "Allocated unhealthy"},
+                         "Value #C": "Free", "Value #D": "Allocated unhealthy"},
                 sort_by="Resource", width=12, height=9,
             ),
             timeseries(
-                "Unallocated devices",
+                "Free devices",
                 "How many devices of each resource were free over time, per NUMA node?",
                 Query(f"sum by (node, resource, numa_node) "
-                      f"({sel('podres_node_devices', *dev, eq('state', 'unallocated'))})",
+                      f"({sel('podres_node_devices', *dev, eq('state', 'free'))})",
                       "{{node}} {{resource}} NUMA {{numa_node}}"),
                 unit="none", width=12, height=9,
             ),
@@ -466,12 +467,12 @@ def accelerators_board(multi_cluster: bool) -> Dashboard:
                 "Which GPUs and MIG instances are there, of which model, on which NUMA node?",
                 Query(sel("podres_gpu_info", *gpu)),
                 unit="none",
-                columns={"node": "Node", "index": "Index", "uuid": "UUID", "model": "Model",
+                columns={"node": "Node", "gpu": "Index", "uuid": "UUID", "model": "Model",
                          "mig_mode": "MIG mode", "parent_uuid": "Parent GPU",
                          "gpu_instance": "GI", "compute_instance": "CI",
                          "numa_node": "NUMA node", "pci_bus_id": "PCI",
                          "driver_version": "Driver"},
-                numeric_columns=["index"], sort_by="Index", height=8,
+                numeric_columns=["gpu"], sort_by="Index", height=8,
             ),
         ),
     )  # fmt: skip
@@ -771,7 +772,7 @@ def waste_board(multi_cluster: bool) -> Dashboard:
                 "Which devices does a container hold without using them, and for how long?",
                 Query(sel("podres_held_device_idle_seconds", *HOLDER)),
                 unit="s",
-                columns={"node": "Node", "device": "Device", "namespace": "Namespace",
+                columns={"node": "Node", "device_id": "Device", "namespace": "Namespace",
                          "pod": "Pod", "container": "Container", "Value": "Idle for"},
                 sort_by="Idle for", sort_desc=True, width=20,
             ),
@@ -798,7 +799,7 @@ def waste_board(multi_cluster: bool) -> Dashboard:
                 "Idle time of held devices",
                 "Since when has each held device been idle?",
                 Query(sel("podres_held_device_idle_seconds", *HOLDER),
-                      "{{namespace}}/{{pod}}/{{container}} {{device}}"),
+                      "{{namespace}}/{{pod}}/{{container}} {{device_id}}"),
                 unit="s", width=24,
             ),
         ),
@@ -846,7 +847,7 @@ def waste_board(multi_cluster: bool) -> Dashboard:
             ),
         ),
     )  # fmt: skip
-    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="unallocated"')
+    unallocated = sel("podres_node_devices", 'resource=~"$resource"', 'state="free"')
     free = Row(
         "Free capacity",
         (
@@ -949,7 +950,7 @@ def health_board(multi_cluster: bool) -> Dashboard:
                 "GetAllocatableResources?",
                 Query(sel("podres_kubelet_api_info")),
                 unit="none",
-                columns={"node": "Node", "version": "API", "get_allocatable": "Allocatable"},
+                columns={"node": "Node", "api_version": "API", "get_allocatable": "Allocatable"},
                 sort_by="Node", width=12,
             ),
         ),

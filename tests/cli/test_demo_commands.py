@@ -122,7 +122,10 @@ def test_the_printed_snapshot_command_agrees_with_metrics(demo: Demo, tmp_path: 
     assert http_get(demo.plugin_url + "/metrics")[0] == 200
     snap = _pasted(demo.snapshot, tmp_path)
     metrics = _scrape(demo.metrics_url)
-    assert _snapshot_cpus(snap, "allocatable") == _cpus(metrics, "allocatable")
+    assert _snapshot_cpus(snap, "allocatable") == {
+        dict(k)["numa_node"]: int(v)
+        for k, v in select(metrics, "podres_node_allocatable_cpus").items()
+    }
     assert _snapshot_cpus(snap, "reserved") == _cpus(metrics, "reserved")
     devices = {
         (resource, numa): counts["allocatable"]
@@ -131,7 +134,7 @@ def test_the_printed_snapshot_command_agrees_with_metrics(demo: Demo, tmp_path: 
     }
     assert devices == {
         (dict(k)["resource"], dict(k)["numa_node"]): int(v)
-        for k, v in select(metrics, "podres_node_devices", state="allocatable").items()
+        for k, v in select(metrics, "podres_node_allocatable_devices").items()
     }
     telemetry = snap["telemetry"]
     assert telemetry["nvml_available"] is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import re
 import socket
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from podres_exporter import __version__
+from podres_exporter.buildinfo import BuildInfo
 from podres_exporter.cli.export import Exporter
 from podres_exporter.core.errors import ConfigError
 from podres_sim import SimKubelet
@@ -202,12 +205,15 @@ def test_old_v1alpha1_kubelet(make_sim: MakeSim, make_exporter: MakeExporter) ->
     wait_until(lambda: ready(exp))
     s = scrape(exp.url)
     assert (
-        sample(s, "podres_kubelet_api_info", version="v1alpha1", get_allocatable="unimplemented")
+        sample(
+            s, "podres_kubelet_api_info", api_version="v1alpha1", get_allocatable="unimplemented"
+        )
         == 1
     )
     assert not select(s, "podres_node_cpus")
     assert select(s, "podres_node_devices", state="allocated")
-    assert not select(s, "podres_node_devices", state="unallocated")
+    assert not select(s, "podres_node_devices", state="free")
+    assert not select(s, "podres_node_allocatable_devices")
     assert select(s, "podres_container_device_info")
 
 
@@ -219,7 +225,7 @@ def test_get_allocatable_disabled_is_visible(
     exp = make_exporter(sim)
     wait_until(lambda: ready(exp))
     s = scrape(exp.url)
-    assert sample(s, "podres_kubelet_api_info", version="v1", get_allocatable="disabled") == 1
+    assert sample(s, "podres_kubelet_api_info", api_version="v1", get_allocatable="disabled") == 1
     assert sample(s, "podres_cpu_shared_pool_basis", basis="online") == 1
 
 
@@ -273,3 +279,28 @@ def test_docs_list_every_metric(make_sim: MakeSim, make_exporter: MakeExporter) 
         f"served, not documented: {sorted(served - documented)}; "
         f"documented, not served: {sorted(documented - served)}"
     )
+
+
+def test_the_exporter_names_its_node_and_build(
+    make_sim: MakeSim, make_exporter: MakeExporter
+) -> None:
+    """podres_node_info carries --node-name, and no other series a node label;
+    podres_build_info the version, revision and Python version."""
+    exp = make_exporter(
+        make_sim("minimal"),
+        node_name="gpu-node-7",
+        build=BuildInfo(__version__, "0123abc", platform.python_version()),
+    )
+    wait_until(lambda: ready(exp))
+    s = scrape(exp.url)
+    assert select(s, "podres_node_info") == {frozenset({("node", "gpu-node-7")}): 1}
+    assert not [n for n, labels in s if n != "podres_node_info" and "node" in dict(labels)]
+    assert select(s, "podres_build_info") == {
+        frozenset(
+            {
+                ("version", __version__),
+                ("revision", "0123abc"),
+                ("python_version", platform.python_version()),
+            }
+        ): 1
+    }

@@ -115,7 +115,10 @@ def test_device_unhealthy_while_in_use(make_sim: MakeSim, make_exporter: MakeExp
     assert state("allocated_unhealthy") == 0
     sim.set_device_health(WIDGET, held, False)
     wait_until(lambda: state("allocated_unhealthy") == 1)
-    assert state("allocatable") == 1 and state("unallocated") == 1
+    allocatable = sample(
+        scrape(exp.url), "podres_node_allocatable_devices", resource=WIDGET, numa_node="0"
+    )
+    assert allocatable == 1 and state("free") == 1 and state("allocated") == 0
     sim.set_device_health(WIDGET, held, True)
     wait_until(lambda: state("allocated_unhealthy") == 0)
 

@@ -35,11 +35,9 @@ def test_prometheus_scrapes_pod_labelled_series(
         '(podres_container_device_info{resource="nvidia.com/gpu"})'
     )
     assert held and all(r["metric"]["pod"] and r["metric"]["namespace"] for r in held)
-    free_gpus = prom.query(
-        'sum(podres_node_devices{resource="nvidia.com/gpu", state="unallocated"})'
-    )
+    free_gpus = prom.query('sum(podres_node_devices{resource="nvidia.com/gpu", state="free"})')
     assert float(free_gpus[0]["value"][1]) == sum(
-        select(ours, "podres_node_devices", resource="nvidia.com/gpu", state="unallocated").values()
+        select(ours, "podres_node_devices", resource="nvidia.com/gpu", state="free").values()
     )
     # Pod-labelled GPU and NIC series, and no double counting of shared GPUs.
     assert prom.query('podres_gpu_utilization_ratio{pod!=""}')

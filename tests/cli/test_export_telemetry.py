@@ -25,6 +25,13 @@ MakeSim = Callable[..., SimKubelet]
 MakeExporter = Callable[..., Exporter]
 
 
+def _one(samples: Samples, name: str, **labels: str) -> float | None:
+    """The value of the one series of ``name`` carrying ``labels`` (None when none)."""
+    found = select(samples, name, **labels)
+    assert len(found) <= 1, found
+    return next(iter(found.values()), None)
+
+
 def ready(exp: Exporter) -> Samples:
     wait_until(lambda: http_get(exp.url + "/readyz")[0] == 200)
     return wait_until(lambda: (s := scrape(exp.url)) and select(s, "podres_source_up") and s)
@@ -74,14 +81,14 @@ def test_lost_gpu_is_unhealthy_while_the_others_flow(
     lost, other = whole[0], whole[1]
     sim.host.nvml.break_gpu(lost)  # type: ignore[attr-defined]
     s = wait_until(
-        lambda: (x := scrape(exp.url)) and sample(x, "podres_gpu_healthy", uuid=lost) == 0 and x
+        lambda: (x := scrape(exp.url)) and _one(x, "podres_gpu_healthy", uuid=lost) == 0 and x
     )
-    assert sample(s, "podres_gpu_healthy", uuid=other) == 1
+    assert _one(s, "podres_gpu_healthy", uuid=other) == 1
     assert select(s, "podres_gpu_power_watts", uuid=other)
     assert not select(s, "podres_gpu_power_watts", uuid=lost)
     assert sample(s, "podres_collector_success", collector="gpu") == 1
     sim.host.nvml.heal_gpu(lost)  # type: ignore[attr-defined]
-    wait_until(lambda: sample(scrape(exp.url), "podres_gpu_healthy", uuid=lost) == 1)
+    wait_until(lambda: _one(scrape(exp.url), "podres_gpu_healthy", uuid=lost) == 1)
 
 
 def test_xid_errors_are_counted_per_code(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
@@ -195,16 +202,16 @@ def test_infiniband_and_drm_devices_with_holders(
     )
     s = ready(make_exporter(sim))
     who = {"namespace": "hpc", "pod": "mpi", "container": "rank"}
-    assert sample(s, "podres_infiniband_port_active", device="mlx5_0", port="1", **who) == 1
+    assert sample(s, "podres_infiniband_port_active", hca="mlx5_0", port="1", **who) == 1
     assert (
-        sample(s, "podres_infiniband_port_receive_bytes_total", device="mlx5_0", port="1", **who)
+        sample(s, "podres_infiniband_port_receive_bytes_total", hca="mlx5_0", port="1", **who)
         == 4000
     )
     assert (
         sample(
             s,
             "podres_infiniband_port_counter_total",
-            device="mlx5_0",
+            hca="mlx5_0",
             port="1",
             counter="symbol_error",
             **who,
@@ -219,7 +226,8 @@ def test_infiniband_and_drm_devices_with_holders(
         sample(s, "podres_drm_frequency_hertz", card="card1", address=INTEL, driver="i915", **who)
         == 1.3e9
     )
-    assert sample(s, "podres_held_device_idle_seconds", device="card0", **who) is not None
+    (idle,) = select(s, "podres_held_device_idle_seconds", card="card0", address=AMD, **who)
+    assert dict(idle)["device_id"] and "device" not in dict(idle)
     assert sample(s, "podres_device_ids_unmatched", resource="rdma/hca") == 0
 
 

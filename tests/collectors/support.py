@@ -15,6 +15,7 @@ from prometheus_client.metrics_core import Metric
 
 from podres_exporter.collectors import Collector, RenderContext
 from podres_exporter.core.accounting import account
+from podres_exporter.core.identity import DeviceIdentity
 from podres_exporter.core.ids import Kind
 from podres_exporter.core.join import (
     CpuBusy,
@@ -355,11 +356,16 @@ SHARED_POOL_BUSY_RATIO = MappingProxyType({"1": 0.25, "0": 0.5})
 # TRAIN is aligned, SERVE straddles. GPU-a1 idle since 40 s; card1 idle since after
 # the snapshot (a clock step), so 0. Three resources: one id of each matched or not.
 NUMA_ALIGNED = ((TRAIN, True), (SERVE, False))
-IDLE = (IdleDevice("GPU-a1", TRAIN, 40.0), IdleDevice("card1", SERVE, 130.0))
+GPU_A1 = DeviceIdentity(uuid="GPU-a1", gpu="0")
+CARD1 = DeviceIdentity(address="0000:c3:00.0", card="card1")
+IDLE = (
+    IdleDevice("GPU-a1", TRAIN, 40.0, "nvidia.com/gpu", "GPU-a1", GPU_A1),
+    IdleDevice("card1", SERVE, 130.0, "amd.com/gpu", "0000:c3:00.0", CARD1),
+)
 RESOLUTIONS = (
-    Resolution("nvidia.com/gpu", "GPU-a1", Kind.GPU, "GPU-a1", True),
-    Resolution("nvidia.com/gpu", "GPU-c3", Kind.GPU, "GPU-c3", False),
-    Resolution("amd.com/gpu", "0000:c3:00.0", Kind.PCI, "0000:c3:00.0", True),
+    Resolution("nvidia.com/gpu", "GPU-a1", Kind.GPU, "GPU-a1", True, GPU_A1),
+    Resolution("nvidia.com/gpu", "GPU-c3", Kind.GPU, "GPU-c3", False, DeviceIdentity("GPU-c3")),
+    Resolution("amd.com/gpu", "0000:c3:00.0", Kind.PCI, "0000:c3:00.0", True, CARD1),
     Resolution("example.com/widget", "widget-0", Kind.UNKNOWN, "widget-0", False),
 )
 
@@ -434,8 +440,9 @@ class _Families:
         return self._families
 
 
-def exposition(collector: Collector, view: NodeView, version: str = "1.2.3") -> str:
-    """The text exposition of ``collector``'s families alone for ``view``."""
+def exposition(collector: Collector, view: NodeView, version: str = "1.2.3", **context: str) -> str:
+    """The text exposition of ``collector``'s families alone for ``view`` (``context``: the
+    render context's other facts, ``node``, ``revision``, ``python_version``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(collector.collect(RenderContext(view, version))))
+    registry.register(_Families(collector.collect(RenderContext(view, version, **context))))
     return generate_latest(registry).decode()

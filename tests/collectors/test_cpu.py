@@ -24,16 +24,18 @@ SMALL = KubeletReading(
 
 
 EXPECTED_CPU = """\
-# HELP podres_node_cpus CPUs per NUMA node and pool: allocatable, exclusive (held by one container), shared_free (allocatable minus all exclusive), reserved (online, not allocatable).
+# HELP podres_node_cpus CPUs per NUMA node and pool: exclusive (held by one container), shared_free (allocatable minus all exclusive), reserved (online, not allocatable); the pools add up to the online CPUs.
 # TYPE podres_node_cpus gauge
-podres_node_cpus{numa_node="0",pool="allocatable"} 1.0
 podres_node_cpus{numa_node="0",pool="exclusive"} 1.0
 podres_node_cpus{numa_node="0",pool="reserved"} 1.0
 podres_node_cpus{numa_node="0",pool="shared_free"} 0.0
-podres_node_cpus{numa_node="1",pool="allocatable"} 2.0
 podres_node_cpus{numa_node="1",pool="exclusive"} 0.0
 podres_node_cpus{numa_node="1",pool="reserved"} 0.0
 podres_node_cpus{numa_node="1",pool="shared_free"} 2.0
+# HELP podres_node_allocatable_cpus CPUs the kubelet may hand out, per NUMA node (the online CPUs when it reports none).
+# TYPE podres_node_allocatable_cpus gauge
+podres_node_allocatable_cpus{numa_node="0"} 1.0
+podres_node_allocatable_cpus{numa_node="1"} 2.0
 # HELP podres_cpu_shared_pool_basis 1 for the basis of the shared pool: 'allocatable' (the kubelet reports allocatable CPUs) or 'online' (it reports none: CPU manager policy none, or no GetAllocatableResources; the node's online CPUs are the pool).
 # TYPE podres_cpu_shared_pool_basis gauge
 podres_cpu_shared_pool_basis{basis="allocatable"} 1.0

@@ -17,13 +17,15 @@ from tests.collectors.support import READING, exposition, node_view
 EXPECTED = """\
 # HELP podres_container_dynamic_resource_info One series per device of a DRA claim used by a container.
 # TYPE podres_container_dynamic_resource_info gauge
-podres_container_dynamic_resource_info{claim_name="gpu-claim",claim_namespace="ml",container="main",device="gpu-0",driver="gpu.example.com",namespace="ml",pod="train",pool="node-a"} 1.0
-podres_container_dynamic_resource_info{claim_name="gpu-claim",claim_namespace="ml",container="main",device="gpu-1",driver="gpu.example.com",namespace="ml",pod="train",pool="node-a"} 1.0
-podres_container_dynamic_resource_info{claim_name="pending-claim",claim_namespace="web",container="app",device="",driver="",namespace="web",pod="serve",pool=""} 1.0
-# HELP podres_dra_devices Distinct DRA devices per driver and pool that running containers use, by state: allocated (used by some claim), shared (used through several shares or claims; claims with one share_id on a device are one share).
+podres_container_dynamic_resource_info{claim_name="gpu-claim",claim_namespace="ml",container="main",dra_device="gpu-0",dra_driver="gpu.example.com",dra_pool="node-a",namespace="ml",pod="train"} 1.0
+podres_container_dynamic_resource_info{claim_name="gpu-claim",claim_namespace="ml",container="main",dra_device="gpu-1",dra_driver="gpu.example.com",dra_pool="node-a",namespace="ml",pod="train"} 1.0
+podres_container_dynamic_resource_info{claim_name="pending-claim",claim_namespace="web",container="app",dra_device="",dra_driver="",dra_pool="",namespace="web",pod="serve"} 1.0
+# HELP podres_dra_devices Distinct DRA devices per driver and pool that running containers use.
 # TYPE podres_dra_devices gauge
-podres_dra_devices{driver="gpu.example.com",pool="node-a",state="allocated"} 2.0
-podres_dra_devices{driver="gpu.example.com",pool="node-a",state="shared"} 0.0
+podres_dra_devices{dra_driver="gpu.example.com",dra_pool="node-a"} 2.0
+# HELP podres_dra_shared_devices Of those, the devices used through several shares or claims (claims with one share_id on a device are one share).
+# TYPE podres_dra_shared_devices gauge
+podres_dra_shared_devices{dra_driver="gpu.example.com",dra_pool="node-a"} 0.0
 """
 
 
@@ -48,10 +50,8 @@ def test_claims_with_one_share_id_are_one_device_share() -> None:
         0.0,
     )
     text = exposition(dra.COLLECTOR, node_view(one))
-    assert (
-        'podres_dra_devices{driver="gpu.example.com",pool="node-a",state="allocated"} 1.0' in text
-    )
-    assert 'podres_dra_devices{driver="gpu.example.com",pool="node-a",state="shared"} 0.0' in text
+    assert 'podres_dra_devices{dra_driver="gpu.example.com",dra_pool="node-a"} 1.0' in text
+    assert 'podres_dra_shared_devices{dra_driver="gpu.example.com",dra_pool="node-a"} 0.0' in text
     two = KubeletReading(
         ApiVersion.V1,
         (_claim("a", "c1", "s1"), _claim("b", "c2", "s2")),
@@ -60,13 +60,13 @@ def test_claims_with_one_share_id_are_one_device_share() -> None:
         0.0,
     )
     text = exposition(dra.COLLECTOR, node_view(two))
-    assert (
-        'podres_dra_devices{driver="gpu.example.com",pool="node-a",state="allocated"} 1.0' in text
-    )
-    assert 'podres_dra_devices{driver="gpu.example.com",pool="node-a",state="shared"} 1.0' in text
+    assert 'podres_dra_devices{dra_driver="gpu.example.com",dra_pool="node-a"} 1.0' in text
+    assert 'podres_dra_shared_devices{dra_driver="gpu.example.com",dra_pool="node-a"} 1.0' in text
 
 
 def test_no_claims_no_dra_device_family() -> None:
     """Without claim devices the per-pool family is absent, not zero (no driver known)."""
     empty = KubeletReading(ApiVersion.V1, (), None, Support.SERVED, 0.0)
-    assert "podres_dra_devices" not in exposition(dra.COLLECTOR, node_view(empty))
+    text = exposition(dra.COLLECTOR, node_view(empty))
+    assert "podres_dra_devices" not in text
+    assert "podres_dra_shared_devices" not in text

@@ -9,22 +9,22 @@ from tests.collectors.support import IB_ROWS, exposition, node_view
 EXPECTED = """\
 # HELP podres_infiniband_port_info One series per port: PCI address, state and rate.
 # TYPE podres_infiniband_port_info gauge
-podres_infiniband_port_info{address="0000:3b:00.0",device="mlx5_0",port="1",rate="200 Gb/sec (4X HDR)",state="ACTIVE"} 1.0
-podres_infiniband_port_info{address="",device="mlx5_1",port="1",rate="",state="DOWN"} 1.0
+podres_infiniband_port_info{address="0000:3b:00.0",hca="mlx5_0",port="1",port_state="ACTIVE",rate="200 Gb/sec (4X HDR)"} 1.0
+podres_infiniband_port_info{address="",hca="mlx5_1",port="1",port_state="DOWN",rate=""} 1.0
 # HELP podres_infiniband_port_active 1 when the port state is ACTIVE.
 # TYPE podres_infiniband_port_active gauge
-podres_infiniband_port_active{container="main",device="mlx5_0",namespace="ml",pod="train",port="1"} 1.0
-podres_infiniband_port_active{container="",device="mlx5_1",namespace="",pod="",port="1"} 0.0
+podres_infiniband_port_active{container="main",hca="mlx5_0",namespace="ml",pod="train",port="1"} 1.0
+podres_infiniband_port_active{container="",hca="mlx5_1",namespace="",pod="",port="1"} 0.0
 # HELP podres_infiniband_port_receive_bytes_total Data received.
 # TYPE podres_infiniband_port_receive_bytes_total counter
-podres_infiniband_port_receive_bytes_total{container="main",device="mlx5_0",namespace="ml",pod="train",port="1"} 4000.0
+podres_infiniband_port_receive_bytes_total{container="main",hca="mlx5_0",namespace="ml",pod="train",port="1"} 4000.0
 # HELP podres_infiniband_port_transmit_bytes_total Data transmitted.
 # TYPE podres_infiniband_port_transmit_bytes_total counter
-podres_infiniband_port_transmit_bytes_total{container="main",device="mlx5_0",namespace="ml",pod="train",port="1"} 1000.0
+podres_infiniband_port_transmit_bytes_total{container="main",hca="mlx5_0",namespace="ml",pod="train",port="1"} 1000.0
 # HELP podres_infiniband_port_counter_total Every other integer counter of the port (counters/ and hw_counters/), by file name.
 # TYPE podres_infiniband_port_counter_total counter
-podres_infiniband_port_counter_total{container="main",counter="link_downed",device="mlx5_0",namespace="ml",pod="train",port="1"} 1.0
-podres_infiniband_port_counter_total{container="main",counter="symbol_error",device="mlx5_0",namespace="ml",pod="train",port="1"} 0.0
+podres_infiniband_port_counter_total{container="main",counter="link_downed",hca="mlx5_0",namespace="ml",pod="train",port="1"} 1.0
+podres_infiniband_port_counter_total{container="main",counter="symbol_error",hca="mlx5_0",namespace="ml",pod="train",port="1"} 0.0
 """
 
 

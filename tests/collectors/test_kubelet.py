@@ -34,7 +34,7 @@ podres_kubelet_suspect_empty_readings_total 2.0
 podres_kubelet_last_success_timestamp_seconds 90.0
 # HELP podres_kubelet_api_info The pod-resources API in use and which optional methods the kubelet serves.
 # TYPE podres_kubelet_api_info gauge
-podres_kubelet_api_info{get_allocatable="served",version="v1"} 1.0
+podres_kubelet_api_info{api_version="v1",get_allocatable="served"} 1.0
 # HELP podres_pods Pods the kubelet lists on this node.
 # TYPE podres_pods gauge
 podres_pods 2.0

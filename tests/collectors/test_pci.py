@@ -9,11 +9,14 @@ from tests.collectors.support import PCI_ROWS, exposition, node_view
 EXPECTED = """\
 # HELP podres_pci_info One series per PCI function the kubelet knows: ids, driver, NUMA node, SR-IOV PF.
 # TYPE podres_pci_info gauge
-podres_pci_info{address="0000:3b:00.0",class="0x020000",device="0x101d",driver="mlx5_core",numa_node="0",physfn="",vendor="0x15b3"} 1.0
-podres_pci_info{address="0000:3b:00.2",class="0x020000",device="0x101e",driver="",numa_node="none",physfn="0000:3b:00.0",vendor="0x15b3"} 1.0
+podres_pci_info{address="0000:3b:00.0",driver="mlx5_core",numa_node="0",pci_class="0x020000",pci_device="0x101d",pci_vendor="0x15b3",physfn=""} 1.0
+podres_pci_info{address="0000:3b:00.2",driver="",numa_node="none",pci_class="0x020000",pci_device="0x101e",pci_vendor="0x15b3",physfn="0000:3b:00.0"} 1.0
 # HELP podres_pci_link_speed_transfers_per_second Current PCIe link speed (16 GT/s = 1.6e10).
 # TYPE podres_pci_link_speed_transfers_per_second gauge
 podres_pci_link_speed_transfers_per_second{address="0000:3b:00.0",container="main",namespace="ml",pod="train"} 1.6e+10
+# HELP podres_pci_max_link_speed_transfers_per_second Maximum PCIe link speed (a lower current speed means a degraded link).
+# TYPE podres_pci_max_link_speed_transfers_per_second gauge
+podres_pci_max_link_speed_transfers_per_second{address="0000:3b:00.0",container="main",namespace="ml",pod="train"} 1.6e+10
 # HELP podres_pci_link_width_lanes Current PCIe link width.
 # TYPE podres_pci_link_width_lanes gauge
 podres_pci_link_width_lanes{address="0000:3b:00.0",container="main",namespace="ml",pod="train"} 16.0

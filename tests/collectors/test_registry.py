@@ -124,6 +124,7 @@ def test_before_any_reading_only_build_and_kubelet_speak() -> None:
     families = collect_all(ALL, RenderContext(node_view(kubelet_up=False), "1.2.3"))
     assert [f.name for f in families] == [
         "podres_build",
+        "podres_node",
         "podres_kubelet_up",
         "podres_kubelet_requests",
         "podres_kubelet_request_duration_seconds",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from podres_exporter.core.accounting import account
+from podres_exporter.core.identity import DeviceIdentity
 from podres_exporter.core.ids import Kind
 from podres_exporter.core.join import join
 from podres_exporter.core.model import (
@@ -279,3 +280,34 @@ def test_sysfs_rows_are_handed_on_while_sysfs_was_not_read_again() -> None:
     fresh = run(r, t3, previous=t2, before=again, unchanged=True)
     assert fresh.net is not again.net
     assert [(n.net.rx_bytes, n.held.single) for n in fresh.net] == [(99, Holder("ns", "nf", "dp"))]
+
+
+def test_every_id_of_a_gpu_resolves_to_the_same_gpu_identity() -> None:
+    """UUID, GKE index and legacy MIG ids carry the NVML uuid and index; without NVML the
+    id's own UUID or index; a PCI id its address."""
+    mig = GpuReading(M1, 3, parent_uuid=U2, gpu_instance_id=1, compute_instance_id=0)
+    r = reading(
+        pod("a", ContainerAlloc("c", devices=(dev("nvidia.com/gpu", f"{U1}::2"),))),
+        pod("b", ContainerAlloc("c", devices=(dev("nvidia.com/gpu", "nvidia0"),))),
+        pod("m", ContainerAlloc("c", devices=(dev("nvidia.com/mig-1g.10gb", f"MIG-{U2}/1/0"),))),
+        pod("v", ContainerAlloc("c", devices=(dev("intel.com/sriov", VF),))),
+    )
+    t = Telemetry(gpus=gpus(GpuReading(U1, 0), GpuReading(U2, 3, mig_enabled=True), mig))
+    got = {x.device_id: x.identity for x in run(r, t).resolutions}
+    assert got[f"{U1}::2"] == got["nvidia0"] == DeviceIdentity(uuid=U1, gpu="0")
+    assert got[f"MIG-{U2}/1/0"] == DeviceIdentity(M1, "3", "1", "0")
+    assert got[VF] == DeviceIdentity(address=VF)
+    alone = {x.device_id: x.identity for x in run(r, Telemetry()).resolutions}
+    assert alone[f"{U1}::2"] == DeviceIdentity(uuid=U1)
+    assert alone["nvidia0"] == DeviceIdentity(gpu="0")
+    assert alone[f"MIG-{U2}/1/0"] == DeviceIdentity(gpu_instance="1", compute_instance="0")
+
+
+def test_an_idle_device_names_its_holders_kubelet_id_and_identity() -> None:
+    """The idle series of a GPU carries the holder's (first) kubelet id and the GPU's labels."""
+    ids = (dev("nvidia.com/gpu.shared", f"{U1}::1"), dev("nvidia.com/gpu.shared", f"{U1}::0"))
+    r = reading(pod("a", ContainerAlloc("c", devices=ids)))
+    t = Telemetry(gpus=gpus(GpuReading(U1, 5, utilization_gpu_ratio=0.0)))
+    (idle,) = run(r, t).idle
+    assert (idle.resource, idle.device_id) == ("nvidia.com/gpu.shared", f"{U1}::0")
+    assert idle.identity == DeviceIdentity(uuid=U1, gpu="5")

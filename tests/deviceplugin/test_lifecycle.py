@@ -20,6 +20,7 @@ import pytest
 import structlog
 
 from podres_exporter._generated.deviceplugin.v1beta1 import api_pb2 as pb
+from podres_exporter.buildinfo import BuildInfo
 from podres_exporter.daemon.values import parse_listen_address
 from podres_exporter.deviceplugin.board import Board
 from podres_exporter.deviceplugin.config import parse_config
@@ -65,6 +66,8 @@ device = "0x1889"
 """
 HEALTHY_VFS = [PluginDevice(a, HEALTHY, (0,)) for a in VF_ADDRESSES]
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def make_plugin(sockdir: Path, tmp_path: Path) -> Iterator[Callable[..., DevicePlugin]]:
@@ -84,6 +87,8 @@ def make_plugin(sockdir: Path, tmp_path: Path) -> Iterator[Callable[..., DeviceP
             listen_address=parse_listen_address("127.0.0.1:0"),
             path_sysfs=str(root),
             path_dev=str(tmp_path / "dev"),
+            node_name="node-a",
+            build=BuildInfo("1.2.3", "0123abc", "3.11.7"),
         )
         return build_plugin(settings, load_plugin_config(settings), gpu_backend=gpu_backend)
 
@@ -298,10 +303,28 @@ def test_metrics_and_health_endpoints(make_kubelet: Any, make_plugin: Any) -> No
         f'podres_plugin_list_and_watch_streams{{resource="{RESOURCE}"}} 1.0',
         f'podres_plugin_registered{{resource="{RESOURCE}"}} 1.0',
         "podres_plugin_kubelet_restarts_total 0.0",
-        "podres_plugin_build_info{version=",
+        'podres_plugin_build_info{python_version="3.11.7",revision="0123abc",version="',
+        'podres_plugin_node_info{node="node-a"} 1.0',
         f'podres_plugin_allocations_total{{resource="{RESOURCE}",result="success"}} 0.0',
     ):
         assert line in text
+    assert "_created" not in text
+
+
+def test_docs_list_every_series_the_plugin_serves(make_kubelet: Any, make_plugin: Any) -> None:
+    """docs/plugin.md's Metrics table names every series the plugin serves (no *_created),
+    and the plugin serves all it names."""
+    kubelet = make_kubelet()
+    plugin = make_plugin()
+    assert kubelet.wait_for(plugin.metrics.all_registered)
+    text = http_get(plugin.url + "/metrics")[2].decode()
+    served = {m[1] for m in re.finditer(r"^([a-z_:]+)[{ ]", text, re.M)}
+    section = (ROOT / "docs/plugin.md").read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(podres_\w+)` \|", section, re.M)
+    assert served == set(rows), (
+        f"served, not documented: {sorted(served - set(rows))}; "
+        f"documented, not served: {sorted(set(rows) - served)}"
+    )
 
 
 def test_stop_ends_the_stream_and_removes_the_socket(running: Running) -> None:

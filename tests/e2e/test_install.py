@@ -79,6 +79,8 @@ def exporter_once(ready: Callable[[Samples], bool]) -> Callable[[], Samples | No
 
 
 def fuse_state(samples: Samples, state: str) -> float:
+    if state == "allocatable":
+        return one(samples, "podres_node_allocatable_devices", resource=FUSE)
     return one(samples, "podres_node_devices", resource=FUSE, state=state)
 
 
@@ -360,7 +362,7 @@ def test_exporter_accounting_equals_the_kubelet(workloads: Cluster) -> None:
     taken = set().union(*exclusive.values())
 
     assert one(samples, "podres_pods") == len(listed.pod_resources)
-    assert one(samples, "podres_node_cpus", pool="allocatable") == len(free_cpus)
+    assert one(samples, "podres_node_allocatable_cpus") == len(free_cpus)
     assert one(samples, "podres_node_cpus", pool="exclusive") == len(taken) == 1
     assert one(samples, "podres_node_cpus", pool="shared_free") == len(free_cpus - taken)
     assert one(samples, "podres_node_cpus", pool="reserved") == len(set(online) - free_cpus)
@@ -393,7 +395,7 @@ def test_exporter_accounting_equals_the_kubelet(workloads: Cluster) -> None:
     assert set(held) == {(WORKLOADS, "fuse-user", "main")}
     assert fuse_state(samples, "allocatable") == len(fuse_ids)
     assert fuse_state(samples, "allocated") == 1
-    assert fuse_state(samples, "unallocated") == len(fuse_ids) - 1
+    assert fuse_state(samples, "free") == len(fuse_ids) - 1
     shown = {
         dict(k)["device_id"]
         for k in select(samples, "podres_container_device_info", resource=FUSE, pod="fuse-user")
@@ -401,10 +403,7 @@ def test_exporter_accounting_equals_the_kubelet(workloads: Cluster) -> None:
     assert shown == held[(WORKLOADS, "fuse-user", "main")]
 
     alloc_mem = sum(m.size for m in allocatable.memory if m.memory_type == "memory")
-    assert (
-        one(samples, "podres_node_memory_bytes", memory_type="memory", state="allocatable")
-        == alloc_mem
-    )
+    assert one(samples, "podres_node_allocatable_memory_bytes", memory_type="memory") == alloc_mem
     assert (
         one(samples, "podres_node_memory_bytes", memory_type="memory", state="allocated")
         == sum(pinned.values())

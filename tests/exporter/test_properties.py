@@ -182,24 +182,25 @@ def check_consistent(out: Samples, node: Node) -> None:
     anomalies = by(out, "podres_data_anomalies", "kind")
     assert not any(anomalies.values()), dict(anomalies)
     cpus = by(out, "podres_node_cpus", "numa_node", "pool")
+    allocatable_cpus = by(out, "podres_node_allocatable_cpus", "numa_node")
     online = Counter(str(n) for n in node.online.values())
     for numa in {k[0] for k in cpus} | set(online):
         exclusive, free = cpus[(numa, "exclusive")], cpus[(numa, "shared_free")]
         if node.allocatable_cpus:
-            assert exclusive + free == cpus[(numa, "allocatable")], numa
-        assert exclusive + free + cpus[(numa, "reserved")] == online[numa], numa
+            assert exclusive + free == allocatable_cpus[(numa,)], numa
+        # the sum over pool is the online CPUs
+        assert sum(v for (n, _), v in cpus.items() if n == numa) == online[numa], numa
     devices = by(out, "podres_node_devices", "resource", "numa_node", "state")
+    allocatable = by(out, "podres_node_allocatable_devices", "resource", "numa_node")
     for resource, numa in {(r, n) for r, n, _ in devices}:
-        held, free = (
-            devices[(resource, numa, "allocated")],
-            devices[(resource, numa, "unallocated")],
-        )
-        assert held + free == devices[(resource, numa, "allocatable")], (resource, numa)
+        held, free = devices[(resource, numa, "allocated")], devices[(resource, numa, "free")]
+        assert held + free == allocatable[(resource, numa)], (resource, numa)
         assert devices[(resource, numa, "allocated_unhealthy")] == 0
     memory = by(out, "podres_node_memory_bytes", "numa_node", "memory_type", "state")
+    allocatable_memory = by(out, "podres_node_allocatable_memory_bytes", "numa_node", "memory_type")
     for numa, mtype in {(n, t) for n, t, _ in memory}:
         held, free = memory[(numa, mtype, "allocated")], memory[(numa, mtype, "free")]
-        assert held + free == memory[(numa, mtype, "allocatable")], (numa, mtype)
+        assert held + free == allocatable_memory[(numa, mtype)], (numa, mtype)
 
 
 @settings(

@@ -39,7 +39,7 @@ def exposition(sim: SimKubelet) -> str:
     store = Store()
     try:
         Poller(reader, store).poll_once()
-        families = partial(reader.families, version="0.0.0-golden")
+        families = partial(reader.families, version="0.0.0-golden", node="golden-node")
         body = Exposition(store, families).body(openmetrics=False, gz=False)
     finally:
         reader.close()

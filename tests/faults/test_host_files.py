@@ -114,7 +114,7 @@ def test_sysfs_and_procfs_entries_vanishing_while_read(
     host = host_of(sim)
     exporter = start_exporter(daemons, sim, poll_interval="50ms")
     before = exporter.scrape()
-    cpus = total(before, "podres_node_cpus", pool="allocatable")
+    cpus = total(before, "podres_node_allocatable_cpus")
     assert cpus > 0 and total(before, "podres_pci_info") > 0
 
     scrapes = 0
@@ -134,7 +134,7 @@ def test_sysfs_and_procfs_entries_vanishing_while_read(
     def whole() -> bool:
         s = exporter.scrape()
         return (
-            total(s, "podres_node_cpus", pool="allocatable") == cpus
+            total(s, "podres_node_allocatable_cpus") == cpus
             and sample(s, "podres_source_up", source="sysfs") == 1
             and sample(s, "podres_source_up", source="cpu") == 1
             and total(s, "podres_pci_info") == total(before, "podres_pci_info")

@@ -200,7 +200,7 @@ def test_v1alpha1_only_kubelet(kubelet: MakeKubelet, daemons: Starter) -> None:
     def api() -> dict[str, float]:
         s = exporter.scrape()
         return {
-            dict(labels)["version"]: v
+            dict(labels)["api_version"]: v
             for (name, labels), v in s.items()
             if name == "podres_kubelet_api_info"
         }

@@ -152,7 +152,7 @@ def test_what_the_exporter_accounts(make_sim: MakeSim, minor: int) -> None:
     assert acc.anomalies["cpu_listed_by_several_containers"] == 0
     assert acc.anomalies[LIVENESS_ANOMALY] == 0
     # one device, one share (1.35+); before, two claims without share ids: shared
-    shared = acc.dra_devices[("gpu.example.com", "v-node", "shared")]
+    shared = acc.dra_shared_devices[("gpu.example.com", "v-node")]
     assert shared == (0 if minor >= 35 else 1)
     if minor >= 36:
         # scoped: CPU 2 for its trainer, 3 and (node 0 full) 4 for its shared pool

@@ -36,16 +36,16 @@ NODE = (
     *(
         s("podres_node_cpus", v, numa_node=n, pool=p)
         for n, p, v in [
-            ("0", "allocatable", 7),
             ("0", "exclusive", 4),
             ("0", "shared_free", 3),
             ("0", "reserved", 1),
-            ("1", "allocatable", 8),
             ("1", "exclusive", 1),
             ("1", "shared_free", 7),
             ("1", "reserved", 0),
         ]
     ),
+    s("podres_node_allocatable_cpus", 7, numa_node="0"),
+    s("podres_node_allocatable_cpus", 8, numa_node="1"),
     cpu(0, "0", "reserved"),
     *(cpu(c, "0", "exclusive", TRAINER) for c in (4, 5, 6, 7)),
     cpu(12, "1", "exclusive", TRAINER),
@@ -53,26 +53,31 @@ NODE = (
     *(
         s("podres_node_devices", v, resource="nvidia.com/gpu", numa_node=n, state=st)
         for n, st, v in [
-            ("0", "allocatable", 2),
             ("0", "allocated", 1),
-            ("0", "unallocated", 1),
+            ("0", "free", 1),
             ("0", "allocated_unhealthy", 0),
-            ("1", "allocatable", 1),
-            ("1", "allocated", 1),
-            ("1", "unallocated", 0),
+            ("1", "allocated", 0),
+            ("1", "free", 0),
             ("1", "allocated_unhealthy", 1),
         ]
     ),
+    s("podres_node_allocatable_devices", 2, resource="nvidia.com/gpu", numa_node="0"),
+    s("podres_node_allocatable_devices", 1, resource="nvidia.com/gpu", numa_node="1"),
     *(
         s("podres_node_memory_bytes", gib * 2**30, numa_node=n, memory_type=t, state=st)
         for n, t, st, gib in [
-            ("0", "memory", "allocatable", 64),
             ("0", "memory", "allocated", 16),
             ("0", "memory", "free", 48),
-            ("0", "hugepages-1Gi", "allocatable", 8),
             ("0", "hugepages-1Gi", "free", 2),
             ("0,1", "memory", "allocated", 32),
         ]
+    ),
+    s("podres_node_allocatable_memory_bytes", 64 * 2**30, numa_node="0", memory_type="memory"),
+    s(
+        "podres_node_allocatable_memory_bytes",
+        8 * 2**30,
+        numa_node="0",
+        memory_type="hugepages-1Gi",
     ),
 )
 
@@ -128,7 +133,7 @@ DEVICES = (
         ]
     ),
     *(
-        s("podres_device_resolution_info", 1, resource=r, device_id=d, physical_id=p, kind=k)
+        s("podres_device_resolution_info", 1, resource=r, device_id=d, uuid=p, id_kind=k)
         for r, d, p, k in [
             ("nvidia.com/gpu", GPU_A, GPU_A, "gpu"),
             ("nvidia.com/gpu.shared", f"{GPU_S}::0", GPU_S, "gpu"),

@@ -15,10 +15,10 @@ def assert_header_matches(node: dict[str, Any], ours: Samples) -> None:
         assert c["shared_free"] == select(ours, "podres_node_cpus")[key]
     for d in node["device_counts"]:
         if d["dra"]:  # held DRA devices per driver: podres_dra_devices
-            held = select(ours, "podres_dra_devices", driver=d["resource"], state="allocated")
+            held = select(ours, "podres_dra_devices", dra_driver=d["resource"])
             assert d["allocated"] == sum(held.values())
             continue
-        free = select(ours, "podres_node_devices", resource=d["resource"], state="unallocated")
+        free = select(ours, "podres_node_devices", resource=d["resource"], state="free")
         assert d["unallocated"] == sum(free.values())
 
 
@@ -50,12 +50,12 @@ def hostile_reading(node: str = ESC, at: float = 100.0) -> Reading:
 
     add("podres_kubelet_up")
     add("podres_pods", 3)
-    add("podres_node_cpus", 4, numa_node=CR, pool="allocatable")
+    add("podres_node_allocatable_cpus", 4, numa_node=CR)
     add("podres_node_cpus", 2, numa_node=CR, pool="shared_free")
-    add("podres_node_devices", 2, resource=OSC52, numa_node="0", state="allocatable")
-    add("podres_node_devices", 1, resource=OSC52, numa_node="0", state="unallocated")
-    for state, size in (("allocatable", 2**30), ("free", 2**29)):
-        add("podres_node_memory_bytes", size, numa_node="0", memory_type=NUL_DEL, state=state)
+    add("podres_node_allocatable_devices", 2, resource=OSC52, numa_node="0")
+    add("podres_node_devices", 1, resource=OSC52, numa_node="0", state="free")
+    add("podres_node_allocatable_memory_bytes", 2**30, numa_node="0", memory_type=NUL_DEL)
+    add("podres_node_memory_bytes", 2**29, numa_node="0", memory_type=NUL_DEL, state="free")
     holders = [
         {"namespace": ESC, "pod": OSC8, "container": NEWLINE},
         {"namespace": BIDI, "pod": MARKUP, "container": C1},
@@ -66,7 +66,7 @@ def hostile_reading(node: str = ESC, at: float = 100.0) -> Reading:
         add("podres_cpu_assignment_info", cpu=str(i), numa_node=CR, pool="exclusive", **h)
         add("podres_container_device_info", numa_node=CR, **dev, **h)
         add("podres_node_device_info", numa_node=CR, state="allocated", **dev)
-        add("podres_device_resolution_info", physical_id=MARKUP + dev["device_id"], **dev)
+        add("podres_device_resolution_info", uuid=MARKUP + dev["device_id"], **dev)
         add("podres_container_memory_bytes", 2**20, memory_type=NUL_DEL, numa_node="0", **h)
     return Reading(tuple(samples), at, "origin")
 

@@ -33,7 +33,7 @@ def claim(holder: dict[str, str], name: str, driver: str = "", device: str = "")
     """A ``podres_container_dynamic_resource_info`` series: one device of a claim."""
     return s(
         "podres_container_dynamic_resource_info", 1, claim_namespace="ml", claim_name=name,
-        driver=driver, pool="node-a" if device else "", device=device, **holder,
+        dra_driver=driver, dra_pool="node-a" if device else "", dra_device=device, **holder,
     )  # fmt: skip
 
 
@@ -49,10 +49,10 @@ def dra_only() -> TopData:
             claim(RERANK, "nic", "dra.net", "eth2"),
             claim(ROUTER, "nic-b", "dra.net", "eth2"),
             claim({**ROUTER, "container": "sidecar"}, "old-style"),
-            s("podres_dra_devices", 2, driver="gpu.example.com", pool="node-a", state="allocated"),
-            s("podres_dra_devices", 0, driver="gpu.example.com", pool="node-a", state="shared"),
-            s("podres_dra_devices", 1, driver="dra.net", pool="node-a", state="allocated"),
-            s("podres_dra_devices", 1, driver="dra.net", pool="node-a", state="shared"),
+            s("podres_dra_devices", 2, dra_driver="gpu.example.com", dra_pool="node-a"),
+            s("podres_dra_shared_devices", 0, dra_driver="gpu.example.com", dra_pool="node-a"),
+            s("podres_dra_devices", 1, dra_driver="dra.net", dra_pool="node-a"),
+            s("podres_dra_shared_devices", 1, dra_driver="dra.net", dra_pool="node-a"),
         )
     )
 

@@ -87,7 +87,15 @@ class Exporter:
             empty_confirm_s=settings.empty_confirm_s,
             stall_after_s=stall_after(settings) if stall_after_s is None else stall_after_s,
         )
-        self.exposition = Exposition(self.store, partial(self.reader.families, version=__version__))
+        self.exposition = Exposition(
+            self.store,
+            partial(
+                self.reader.families,
+                version=__version__,
+                node=settings.node_name,
+                build=settings.build,
+            ),
+        )
 
     def _listen(self) -> WebServer:
         settings = self.settings

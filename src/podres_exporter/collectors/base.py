@@ -20,10 +20,14 @@ _P = TypeVar("_P")
 
 @dataclass(frozen=True, slots=True)
 class RenderContext:
-    """What a collector may read: the published view and static facts of the process."""
+    """What a collector may read: the published view and static facts of the process:
+    its version (and the build's ``revision`` and ``python_version``) and the node's name."""
 
     view: NodeView
     version: str
+    node: str = ""
+    revision: str = "unknown"
+    python_version: str = ""
 
 
 class Collector(Protocol):

@@ -1,8 +1,8 @@
 """CPU pools per NUMA node and exclusive CPUs per container.
 
-``podres_node_cpus``, ``podres_cpu_shared_pool_basis``, ``podres_container_exclusive_cpus``,
-``podres_cpu_assignment_info`` and, for pods with pod-level CPU sets,
-``podres_pod_shared_pool_cpus``.
+``podres_node_cpus``, ``podres_node_allocatable_cpus``, ``podres_cpu_shared_pool_basis``,
+``podres_container_exclusive_cpus``, ``podres_cpu_assignment_info`` and, for pods with
+pod-level CPU sets, ``podres_pod_shared_pool_cpus``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,17 @@ def _families(acc: Accounting) -> Iterator[Metric]:
         return
     yield labelled(
         "podres_node_cpus",
-        "CPUs per NUMA node and pool: allocatable, exclusive (held by one container), "
-        "shared_free (allocatable minus all exclusive), reserved (online, not allocatable).",
+        "CPUs per NUMA node and pool: exclusive (held by one container), "
+        "shared_free (allocatable minus all exclusive), reserved (online, not allocatable); "
+        "the pools add up to the online CPUs.",
         ["numa_node", "pool"],
         sorted(acc.node_cpus.items()),
+    )
+    yield labelled(
+        "podres_node_allocatable_cpus",
+        "CPUs the kubelet may hand out, per NUMA node (the online CPUs when it reports none).",
+        ["numa_node"],
+        [((numa,), n) for numa, n in sorted(acc.allocatable_cpus.items())],
     )
     yield labelled(
         "podres_cpu_shared_pool_basis",

@@ -1,5 +1,5 @@
 """Dynamic resources (DRA): ``podres_container_dynamic_resource_info`` per claim device and
-holder, and ``podres_dra_devices`` per driver, pool and state."""
+holder, ``podres_dra_devices`` and ``podres_dra_shared_devices`` per driver and pool."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from podres_exporter.collectors.base import PartCollector, accounting
 from podres_exporter.collectors.families import HOLDER_LABELS, holder_values, info, labelled
 from podres_exporter.core.accounting import Accounting, HeldClaim
 
-_LABELS = (*HOLDER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device")
+_LABELS = (*HOLDER_LABELS, "claim_namespace", "claim_name", "dra_driver", "dra_pool", "dra_device")
 
 
 def _claim(c: HeldClaim) -> list[str]:
@@ -30,11 +30,16 @@ def _families(acc: Accounting) -> Iterator[Metric]:
     if acc.dra_devices:
         yield labelled(
             "podres_dra_devices",
-            "Distinct DRA devices per driver and pool that running containers use, by state: "
-            "allocated (used by some claim), shared (used through several shares or claims; "
-            "claims with one share_id on a device are one share).",
-            ["driver", "pool", "state"],
+            "Distinct DRA devices per driver and pool that running containers use.",
+            ["dra_driver", "dra_pool"],
             sorted(acc.dra_devices.items()),
+        )
+        yield labelled(
+            "podres_dra_shared_devices",
+            "Of those, the devices used through several shares or claims (claims with one "
+            "share_id on a device are one share).",
+            ["dra_driver", "dra_pool"],
+            sorted(acc.dra_shared_devices.items()),
         )
 
 

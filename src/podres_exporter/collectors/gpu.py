@@ -21,43 +21,39 @@ from podres_exporter.collectors.families import (
     numa_value,
     per_row,
 )
+from podres_exporter.core.identity import GPU_LABELS, gpu_values
 from podres_exporter.core.join import GpuHolderUsage, GpuRow
-from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS
+from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS, GpuReading
 from podres_exporter.core.view import NodeView
 
-LABELS = ("uuid", *HOLDER_LABELS)
+# Every GPU family: the device's identity (uuid, gpu index, MIG instance ids), and holder.
+LABELS = (*GPU_LABELS, *HOLDER_LABELS)
 _INFO_LABELS = (
-    "uuid",
-    "index",
+    *GPU_LABELS,
     "model",
     "driver_version",
     "pci_bus_id",
     "numa_node",
     "mig_mode",
     "parent_uuid",
-    "gpu_instance",
-    "compute_instance",
 )
 
 
 def _labels(row: GpuRow) -> list[str]:
-    return [row.gpu.uuid, *holder_values(row.held.single)]
+    return [*gpu_values(row.gpu), *holder_values(row.held.single)]
 
 
 def _identity(r: GpuRow, driver_version: str | None) -> list[str]:
     g = r.gpu
     mig = "" if g.mig_enabled is None else ("enabled" if g.mig_enabled else "disabled")
     return [
-        g.uuid,
-        str(g.index),
+        *gpu_values(g),
         g.name,
         driver_version or "",
         g.pci_bus_id or "",
         numa_value(g.numa_node),
         mig,
         g.parent_uuid or "",
-        "" if g.gpu_instance_id is None else str(g.gpu_instance_id),
-        "" if g.compute_instance_id is None else str(g.compute_instance_id),
     ]
 
 
@@ -91,8 +87,8 @@ def _xids(rows: Sequence[GpuRow]) -> Iterator[tuple[GpuRow, tuple[str], int]]:
 
 # Per device, never with a holder: whether it answered and whether it is shared.
 _DEVICES: Final[Table[GpuRow]] = Table(
-    ("uuid",),
-    lambda r: [r.gpu.uuid],
+    GPU_LABELS,
+    lambda r: gpu_values(r.gpu),
     (
         per_row(
             "podres_gpu_healthy",
@@ -204,25 +200,28 @@ _GPUS: Final[Table[GpuRow]] = Table(
     ),
 )
 
-_HOLDER_USAGE: Final[Table[GpuHolderUsage]] = Table(
+# A holder's use of a GPU, with the GPU's reading (for its identity).
+_Usage = tuple[GpuHolderUsage, GpuReading]
+
+_HOLDER_USAGE: Final[Table[_Usage]] = Table(
     LABELS,
-    lambda u: [u.uuid, *holder_values(u.holder)],
+    lambda u: [*gpu_values(u[1]), *holder_values(u[0].holder)],
     (
         per_row(
             "podres_gpu_holder_processes",
             "Processes on the GPU per holder; the series with empty holder labels counts "
             "processes that belong to no container holding the GPU.",
-            lambda u: u.processes,
+            lambda u: u[0].processes,
         ),
         per_row(
             "podres_gpu_holder_sm_utilization_ratio",
             "Per-holder share of SM time from the driver's per-process samples (0-1).",
-            lambda u: u.sm_ratio,
+            lambda u: u[0].sm_ratio,
         ),
         per_row(
             "podres_gpu_holder_memory_used_bytes",
             "Per-holder device memory of its processes.",
-            lambda u: u.used_memory_bytes,
+            lambda u: u[0].used_memory_bytes,
         ),
     ),
 )
@@ -248,7 +247,10 @@ def _families(v: NodeView) -> Iterator[Metric]:
     )
     yield from _DEVICES.render(joined.gpus)
     yield from _GPUS.render(joined.gpus)
-    yield from _HOLDER_USAGE.render(joined.gpu_usage)
+    by_uuid = {r.gpu.uuid: r.gpu for r in joined.gpus}
+    yield from _HOLDER_USAGE.render(
+        [(u, by_uuid[u.uuid]) for u in joined.gpu_usage if u.uuid in by_uuid]
+    )
 
 
 COLLECTOR: Final = PartCollector(

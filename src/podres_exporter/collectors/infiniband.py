@@ -20,7 +20,7 @@ from podres_exporter.collectors.families import (
 )
 from podres_exporter.core.join import IbRow
 
-_INFO_LABELS = ("device", "port", "address", "state", "rate")
+_INFO_LABELS = ("hca", "port", "address", "port_state", "rate")
 # Exported in bytes as the receive and transmit families, not among the other counters.
 _DATA_COUNTERS = ("port_rcv_data", "port_xmit_data")
 
@@ -44,7 +44,7 @@ def _other_counters(rows: Sequence[IbRow]) -> Iterator[tuple[IbRow, tuple[str], 
 
 
 _PORTS: Final[Table[IbRow]] = Table(
-    ("device", "port", *HOLDER_LABELS),
+    ("hca", "port", *HOLDER_LABELS),
     lambda r: [r.port.device, str(r.port.port), *holder_values(r.held.single)],
     (
         Info(

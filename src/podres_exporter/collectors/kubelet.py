@@ -67,7 +67,7 @@ def _families(v: NodeView) -> Iterator[Metric]:
     yield info(
         "podres_kubelet_api",
         "The pod-resources API in use and which optional methods the kubelet serves.",
-        ["version", "get_allocatable"],
+        ["api_version", "get_allocatable"],
         [reading],
         lambda r: [r.api_version.value, r.allocatable_support.value],
     )

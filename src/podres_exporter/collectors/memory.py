@@ -1,6 +1,7 @@
 """Memory and hugepages per NUMA node, and pinned memory per container.
 
-``podres_node_memory_bytes``, ``podres_container_memory_bytes`` and, for pods with
+``podres_node_memory_bytes``, ``podres_node_allocatable_memory_bytes``,
+``podres_container_memory_bytes`` and, for pods with
 pod-level memory, ``podres_pod_shared_pool_memory_bytes``.
 """
 
@@ -20,10 +21,17 @@ def _families(acc: Accounting) -> Iterator[Metric]:
     yield labelled(
         "podres_node_memory_bytes",
         "Memory-manager memory per NUMA node, type (memory, hugepages-2Mi, ...) and state: "
-        "allocatable, allocated, free.",
+        "allocated (pinned to containers), free (allocatable minus allocated).",
         ["numa_node", "memory_type", "state"],
         sorted(acc.node_memory.items()),
     )
+    if acc.allocatable_memory:
+        yield labelled(
+            "podres_node_allocatable_memory_bytes",
+            "Memory-manager memory the kubelet can pin, per NUMA node and type.",
+            ["numa_node", "memory_type"],
+            sorted(acc.allocatable_memory.items()),
+        )
     yield family(
         "podres_container_memory_bytes",
         "Memory pinned to a container by the memory manager, per NUMA node and type.",

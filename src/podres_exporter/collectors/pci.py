@@ -21,7 +21,15 @@ from podres_exporter.collectors.families import (
 )
 from podres_exporter.core.join import PciRow
 
-_INFO_LABELS = ("address", "vendor", "device", "class", "driver", "numa_node", "physfn")
+_INFO_LABELS = (
+    "address",
+    "pci_vendor",
+    "pci_device",
+    "pci_class",
+    "driver",
+    "numa_node",
+    "physfn",
+)
 
 
 def _identity(r: PciRow) -> list[str]:
@@ -37,9 +45,9 @@ def _identity(r: PciRow) -> list[str]:
     ]
 
 
-def _link_speed(r: PciRow) -> float | None:
-    """The current link speed in transfers per second (sysfs gives GT/s)."""
-    return r.pci.link_speed_gts * 1e9 if r.pci.link_speed_gts is not None else None
+def _transfers(gts: float | None) -> float | None:
+    """A link speed in transfers per second (sysfs gives GT/s)."""
+    return gts * 1e9 if gts is not None else None
 
 
 def _aer(rows: Sequence[PciRow]) -> Iterator[tuple[PciRow, tuple[str, str], int]]:
@@ -68,7 +76,12 @@ _PCI: Final[Table[PciRow]] = Table(
         per_row(
             "podres_pci_link_speed_transfers_per_second",
             "Current PCIe link speed (16 GT/s = 1.6e10).",
-            _link_speed,
+            lambda r: _transfers(r.pci.link_speed_gts),
+        ),
+        per_row(
+            "podres_pci_max_link_speed_transfers_per_second",
+            "Maximum PCIe link speed (a lower current speed means a degraded link).",
+            lambda r: _transfers(r.pci.max_link_speed_gts),
         ),
         per_row(
             "podres_pci_link_width_lanes", "Current PCIe link width.", lambda r: r.pci.link_width

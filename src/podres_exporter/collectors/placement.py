@@ -16,14 +16,21 @@ from podres_exporter.collectors.families import (
     info,
     labelled,
 )
+from podres_exporter.core.identity import LABELS as IDENTITY_LABELS
 from podres_exporter.core.join import Resolution
 from podres_exporter.core.view import NodeView
 
-_RESOLUTION_LABELS = ("resource", "device_id", "kind", "physical_id", "matched")
+_RESOLUTION_LABELS = ("resource", "device_id", "id_kind", *IDENTITY_LABELS, "matched")
 
 
 def _resolution(r: Resolution) -> list[str]:
-    return [r.resource, r.device_id, r.kind.value, r.physical_id, "true" if r.matched else "false"]
+    return [
+        r.resource,
+        r.device_id,
+        r.kind.value,
+        *r.identity.values(),
+        "true" if r.matched else "false",
+    ]
 
 
 def _unmatched(resolutions: Iterable[Resolution]) -> Metric:
@@ -58,8 +65,8 @@ class _Resolved:
         out = (
             info(
                 "podres_device_resolution",
-                "One series per kubelet device id: the physical device it names and whether "
-                "telemetry was found for it.",
+                "One series per kubelet device id: how it was read (id_kind), the identity of "
+                "the physical device it names, and whether telemetry was found for it.",
                 _RESOLUTION_LABELS,
                 resolutions,
                 _resolution,
@@ -88,9 +95,9 @@ def _families(v: NodeView) -> Iterator[Metric]:
         "podres_held_device_idle_seconds",
         "How long a device held by one container has shown no utilisation (GPU, amdgpu); "
         "counted from when the exporter first saw it idle.",
-        ["device", *HOLDER_LABELS],
+        ["resource", "device_id", *IDENTITY_LABELS, *HOLDER_LABELS],
         joined.idle,
-        lambda d: [d.device, *holder_values(d.holder)],
+        lambda d: [d.resource, d.device_id, *d.identity.values(), *holder_values(d.holder)],
         lambda d: max(0.0, now - d.idle_since),
     )
     yield from _Resolved.families(joined.resolutions)

@@ -23,6 +23,8 @@ from types import MappingProxyType
 
 from podres_exporter.core.accounting import Accounting
 from podres_exporter.core.attribution import container_of
+from podres_exporter.core.catalog import Catalog, Target
+from podres_exporter.core.identity import NONE, DeviceIdentity
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES, Kind, Resolved, resolve
 from podres_exporter.core.model import Holder, KubeletReading, NodeTopology, device_key_order
 from podres_exporter.core.telemetry import (
@@ -34,10 +36,6 @@ from podres_exporter.core.telemetry import (
     SysfsDevices,
     Telemetry,
 )
-
-# A physical target: ("gpu", uuid) | ("pci", address) | ("drm", card) | ("net", interface)
-# | ("ib", HCA device).
-Target = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +107,9 @@ class Resolution:
     resource: str
     device_id: str
     kind: Kind
-    physical_id: str
+    physical_id: str  # the resolved key (core/ids.py), for matching; not exported
     matched: bool
+    identity: DeviceIdentity = NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +126,18 @@ class CpuBusy:
 
 @dataclass(frozen=True, slots=True)
 class IdleDevice:
-    """A held device with a utilisation signal, and since when it has shown none."""
+    """A held device with a utilisation signal, and since when it has shown none.
+
+    ``resource`` and ``device_id``: the holder's kubelet id of it (the first, when it
+    lists several, e.g. replicas); ``identity``: the physical device's labels.
+    """
 
     device: str  # GPU UUID or DRM card
     holder: Holder
     idle_since: float
+    resource: str = ""
+    device_id: str = ""
+    identity: DeviceIdentity = NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +149,8 @@ class Matched:
     holders: Mapping[Target, tuple[Holder, ...]]
     resolutions: tuple[Resolution, ...]
     resolved: Mapping[tuple[str, str], Resolved]
+    # Each holder's first kubelet id (resource, device id) of each physical device.
+    held_ids: Mapping[tuple[Target, Holder], tuple[str, str]]
     known_pci: frozenset[str]
     known_cards: frozenset[str]
     known_names: frozenset[str]
@@ -172,76 +180,6 @@ class Joined:
 
 
 # ------------------------------------------------------------------ matching
-
-
-class _Catalog:
-    """Lookup tables over one telemetry reading."""
-
-    def __init__(self, t: Telemetry) -> None:
-        gpus = t.gpus.gpus if t.gpus else ()
-        self.gpu_by_uuid = {g.uuid.lower(): g for g in gpus}
-        self.gpu_by_pci = {g.pci_bus_id: g for g in gpus if g.pci_bus_id and not g.parent_uuid}
-        self.gpu_by_index = {g.index: g for g in gpus if not g.parent_uuid}
-        self.mig_by_location = {
-            (g.parent_uuid.lower(), g.gpu_instance_id, g.compute_instance_id): g
-            for g in gpus
-            if g.parent_uuid
-        }
-        self.mig_by_index: dict[tuple[int | None, int | None], GpuReading] = {
-            (g.index, g.gpu_instance_id): g for g in gpus if g.parent_uuid
-        }
-        dev = t.devices
-        self.pci = {p.address: p for p in dev.pci} if dev else {}
-        self.net = {n.interface: n for n in dev.net} if dev else {}
-        self.drm = {d.card: d for d in dev.drm} if dev else {}
-        self.pci_children: dict[str, list[Target]] = defaultdict(list)
-        # What matching reads of the catalog: equal keys, equal matches.
-        self.key: tuple[frozenset[object], ...] = (
-            frozenset((k, g.uuid) for k, g in self.gpu_by_uuid.items()),
-            frozenset((k, g.uuid) for k, g in self.gpu_by_pci.items()),
-            frozenset((k, g.uuid) for k, g in self.gpu_by_index.items()),
-            frozenset((k, g.uuid) for k, g in self.mig_by_location.items()),
-            frozenset((k, g.uuid) for k, g in self.mig_by_index.items()),
-            frozenset(self.pci),
-            frozenset((n.interface, n.pci_address) for n in dev.net) if dev else frozenset(),
-            frozenset((d.card, d.pci_address) for d in dev.drm) if dev else frozenset(),
-            frozenset((p.device, p.pci_address) for p in dev.infiniband) if dev else frozenset(),
-        )
-        if dev:
-            for n in dev.net:
-                if n.pci_address:
-                    self.pci_children[n.pci_address].append(("net", n.interface))
-            for d in dev.drm:
-                if d.pci_address:
-                    self.pci_children[d.pci_address].append(("drm", d.card))
-            for port in dev.infiniband:
-                if port.pci_address:
-                    self.pci_children[port.pci_address].append(("ib", port.device))
-
-    def targets(self, r: Resolved, device_id: str) -> list[Target]:
-        """The physical devices a resolved id names (empty when none was read)."""
-        gpu: GpuReading | None = None
-        if r.kind in (Kind.GPU, Kind.MIG) and r.parent_uuid is None:
-            gpu = self.gpu_by_uuid.get(r.key.lower())
-        elif r.kind is Kind.MIG and r.parent_uuid is not None:
-            gpu = self.mig_by_location.get(
-                (r.parent_uuid.lower(), r.gpu_instance, r.compute_instance)
-            )
-        elif r.kind is Kind.GPU_INDEX and r.gpu_index is not None:
-            gpu = self.gpu_by_index.get(r.gpu_index)
-        elif r.kind is Kind.MIG_INDEX:
-            gpu = self.mig_by_index.get((r.gpu_index, r.gpu_instance))
-        elif r.kind is Kind.PCI:
-            gpu = self.gpu_by_pci.get(r.key)
-            found: list[Target] = [("gpu", gpu.uuid)] if gpu else []
-            if r.key in self.pci:
-                found.append(("pci", r.key))
-            return found + self.pci_children.get(r.key, [])
-        elif r.kind is Kind.DRM:
-            return [("drm", r.key)] if r.key in self.drm else []
-        elif device_id in self.net:  # an unknown shape that names a network interface
-            return [("net", device_id)]
-        return [("gpu", gpu.uuid)] if gpu else []
 
 
 def _held(holders: Iterable[Holder]) -> Held:
@@ -358,16 +296,29 @@ def _idle(
     drm: Iterable[DrmRow],
     now: float,
     before: Mapping[tuple[str, Holder], float],
+    m: Matched,
 ) -> list[IdleDevice]:
     out = []
-    signals: list[tuple[str, Holder | None, float | None]] = [
-        (g.gpu.uuid, g.held.single, g.gpu.utilization_gpu_ratio) for g in gpus
+    signals: list[tuple[Target, Holder | None, float | None]] = [
+        (("gpu", g.gpu.uuid), g.held.single, g.gpu.utilization_gpu_ratio) for g in gpus
     ]
-    signals += [(d.card.card, d.held.single, d.card.busy_ratio) for d in drm]
-    for device, holder, busy in signals:
+    signals += [(("drm", d.card.card), d.held.single, d.card.busy_ratio) for d in drm]
+    identities = {(r.resource, r.device_id): r.identity for r in m.resolutions}
+    for target, holder, busy in signals:
         if holder is None or busy is None or busy > 0:
             continue
-        out.append(IdleDevice(device, holder, before.get((device, holder), now)))
+        device = target[1]
+        resource, device_id = m.held_ids.get((target, holder), ("", ""))
+        out.append(
+            IdleDevice(
+                device,
+                holder,
+                before.get((device, holder), now),
+                resource,
+                device_id,
+                identities.get((resource, device_id), NONE),
+            )
+        )
     return sorted(out, key=lambda i: (i.device, i.holder))
 
 
@@ -391,7 +342,7 @@ def join(
     With ``unchanged`` (the same kubelet state on the same topology) its NUMA alignment
     is reused, and with the same catalog keys its matching and resolutions too (the same
     objects: their families too)."""
-    cat = _Catalog(telemetry)
+    cat = Catalog(telemetry)
     last = before.matched if before is not None else None
     if unchanged and last is not None and last.catalog == cat.key:
         m = last
@@ -424,7 +375,7 @@ def join(
         numa_aligned=before.numa_aligned
         if unchanged and before is not None
         else tuple(_numa_sets(reading, topology)),
-        idle=tuple(_idle(gpu_rows, drm_t, now, idle_before or {})),
+        idle=tuple(_idle(gpu_rows, drm_t, now, idle_before or {}, m)),
         matched=m,
     )
 
@@ -461,7 +412,7 @@ def _sysfs_rows(
 def _match(
     acc: Accounting,
     reading: KubeletReading,
-    cat: _Catalog,
+    cat: Catalog,
     patterns: tuple[str, ...],
     last: Matched | None,
 ) -> Matched:
@@ -470,6 +421,7 @@ def _match(
     resolved_before = last.resolved if last is not None else {}
     resolved: dict[tuple[str, str], Resolved] = {}
     holders: dict[Target, list[Holder]] = defaultdict(list)
+    held_ids: dict[tuple[Target, Holder], tuple[str, str]] = {}
     resolutions: dict[tuple[str, str], Resolution] = {}
     found: dict[tuple[str, str], list[Target]] = {}
 
@@ -483,12 +435,15 @@ def _match(
                 r = resolve(resource, device_id, patterns)
             resolved[key] = r
             targets = found[key] = cat.targets(r, device_id)
-            resolutions[key] = Resolution(resource, device_id, r.kind, r.key, bool(targets))
+            resolutions[key] = Resolution(
+                resource, device_id, r.kind, r.key, bool(targets), cat.identity(r, targets)
+            )
         return targets
 
-    for d in acc.container_devices:
+    for d in acc.container_devices:  # in (holder, resource, id) order
         for target in targets_of(d.resource, d.device_id):
             holders[target].append(d.holder)
+            held_ids.setdefault((target, d.holder), (d.resource, d.device_id))
     if reading.allocatable is not None:
         for a in reading.allocatable.devices:
             targets_of(a.resource, a.device_id)
@@ -498,6 +453,7 @@ def _match(
         holders=MappingProxyType({t: tuple(hs) for t, hs in holders.items()}),
         resolutions=tuple([resolutions[key] for key in order]),
         resolved=MappingProxyType(resolved),
+        held_ids=MappingProxyType(held_ids),
         known_pci=frozenset(r.physical_id for r in resolutions.values() if r.kind is Kind.PCI),
         known_cards=frozenset(r.physical_id for r in resolutions.values() if r.kind is Kind.DRM),
         known_names=frozenset(r.device_id for r in resolutions.values()),

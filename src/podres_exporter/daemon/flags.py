@@ -8,8 +8,17 @@ wherever it appears. A flag of one command only is declared beside that command.
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable, Mapping
+
+from podres_exporter.core.errors import ConfigError
 from podres_exporter.daemon.options import Option
-from podres_exporter.daemon.values import parse_log_format, parse_log_level, parse_path
+from podres_exporter.daemon.values import (
+    parse_log_format,
+    parse_log_level,
+    parse_node_name,
+    parse_path,
+)
 
 LOG_LEVEL = Option(
     "--log-level", "log_level", parse_log_level, "info", "debug, info, warning or error."
@@ -54,6 +63,43 @@ WEB_CONFIG_FILE = Option(
     "it or a file it names changes, and on SIGHUP (docs/security.md). Unset: plain HTTP, "
     "open to whoever reaches the port.",
 )
+NODE_NAME = Option(
+    "--node-name",
+    "node_name",
+    parse_node_name,
+    None,
+    "The name of this node, exported on the node info series (podres_node_info, "
+    "podres_plugin_node_info) so that boards and rules find the node whatever the scrape "
+    "set-up.",
+    fallback="the environment variable NODE_NAME (the manifests set it from the downward "
+    "API's spec.nodeName), else the host name",
+)
+NODE_NAME_FALLBACK = "NODE_NAME"
+"""The variable the manifests fill from the downward API, read when --node-name is unset."""
+
+
+def node_name(
+    given: str | None,
+    env: Mapping[str, str],
+    hostname: Callable[[], str] = socket.gethostname,
+) -> str:
+    """The node's name: ``given`` (--node-name, PODRES_NODE_NAME or the config file), else
+    the environment's NODE_NAME, else the host name. ConfigError for a bad NODE_NAME."""
+    if given:
+        return given
+    fallback = env.get(NODE_NAME_FALLBACK, "").strip()
+    if fallback:
+        try:
+            return parse_node_name(fallback)
+        except ValueError as err:
+            raise ConfigError(f"{NODE_NAME_FALLBACK} (from the environment): {err}") from None
+    host = hostname()
+    try:
+        return parse_node_name(host)
+    except ValueError:
+        return host or "unknown"
+
+
 LOGGING: tuple[Option, ...] = (LOG_LEVEL, LOG_FORMAT)
 """The two flags of every command that logs."""
 
@@ -62,7 +108,10 @@ __all__ = [
     "LOGGING",
     "LOG_FORMAT",
     "LOG_LEVEL",
+    "NODE_NAME",
+    "NODE_NAME_FALLBACK",
     "PATH_PROCFS",
     "PATH_SYSFS",
     "WEB_CONFIG_FILE",
+    "node_name",
 ]

@@ -317,6 +317,21 @@ def parse_path(text: str) -> str:
     return value
 
 
+_NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
+
+
+def parse_node_name(text: str) -> str:
+    """A node name: letters, digits, ``.``, ``-``, ``_``, at most 253 (a Kubernetes node name
+    is a DNS subdomain; a host name may have capitals)."""
+    value = _text(text, "a node name").strip()
+    if not _NODE_NAME.match(value):
+        raise ValueError(
+            f"{shown(value)} is no node name: letters, digits, '.', '-' and '_', starting and "
+            "ending with a letter or digit, at most 253"
+        )
+    return value
+
+
 def parse_text(text: str) -> str:
     """Any string, as given (a URL, a name: what uses it checks it)."""
     return _text(text, "a string")
@@ -331,4 +346,5 @@ METAVARS: dict[Callable[[Any], Any], str] = {
     parse_patterns: "PATTERNS",
     parse_bool: "BOOL",
     parse_text: "TEXT",
+    parse_node_name: "NAME",
 }

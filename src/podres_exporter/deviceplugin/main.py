@@ -31,9 +31,17 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from podres_exporter import __version__
+from podres_exporter.buildinfo import BuildInfo, build_info
 from podres_exporter.core.errors import ConfigError, PodresError
 from podres_exporter.daemon import logconf, process
-from podres_exporter.daemon.flags import LOG_FORMAT, LOG_LEVEL, PATH_SYSFS, WEB_CONFIG_FILE
+from podres_exporter.daemon.flags import (
+    LOG_FORMAT,
+    LOG_LEVEL,
+    NODE_NAME,
+    PATH_SYSFS,
+    WEB_CONFIG_FILE,
+    node_name,
+)
 from podres_exporter.daemon.options import Option, given, resolve
 from podres_exporter.daemon.values import format_duration, parse_listen_address, parse_path
 from podres_exporter.deviceplugin.config import (
@@ -104,6 +112,7 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
            fallback=f"the file's plugin.xid_unhealthy_for, else "
            f"{format_duration(DEFAULT_XID_UNHEALTHY_FOR_S)}"),
     WEB_CONFIG_FILE,
+    NODE_NAME,
     LOG_LEVEL,
     LOG_FORMAT,
 )  # fmt: skip
@@ -126,6 +135,10 @@ class PluginSettings:
     log_level: str = "info"
     log_format: str = "auto"
     web_config_file: str | None = None
+    # --node-name, else NODE_NAME, else the host name (resolved by plugin_settings).
+    node_name: str = ""
+    # The build's revision and Python version (podres_plugin_build_info).
+    build: BuildInfo | None = None
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -164,7 +177,8 @@ def plugin_settings(ns: argparse.Namespace, env: Mapping[str, str]) -> PluginSet
         raise ConfigError(
             f"--resources FILE is required (or the environment variable {RESOURCES.env})"
         )
-    return PluginSettings(config_path=config_path, **values)
+    values["node_name"] = node_name(values["node_name"], env)
+    return PluginSettings(config_path=config_path, build=build_info(__version__, env), **values)
 
 
 def load_plugin_config(settings: PluginSettings) -> PluginConfig:
@@ -321,7 +335,12 @@ def build_plugin(
         from podres_exporter.sources.gpu import open_nvml_backend
 
         gpu_backend = owned = open_nvml_backend()
-    metrics = PluginMetrics(__version__, (r.name for r in config.resources))
+    metrics = PluginMetrics(
+        __version__,
+        (r.name for r in config.resources),
+        node=settings.node_name,
+        build=settings.build,
+    )
     discoverer = Discoverer(
         config,
         sysfs_root=settings.path_sysfs,

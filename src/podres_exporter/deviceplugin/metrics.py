@@ -13,7 +13,11 @@ Metrics (a private registry; all alpha):
   socket registered (as far as the plugin knows), else 0;
 * ``podres_plugin_kubelet_restarts_total``: re-creations of ``kubelet.sock`` seen;
 * ``podres_plugin_list_and_watch_streams{resource}``: open ListAndWatch streams;
-* ``podres_plugin_build_info{version}``: 1.
+* ``podres_plugin_build_info{version,revision,python_version}``: 1;
+* ``podres_plugin_node_info{node}``: 1, the node's name (``--node-name``, else
+  ``NODE_NAME``, else the host name).
+
+Counters serve no ``*_created`` series (docs/plugin.md lists every series served).
 
 HTTP (``--listen-address``, :mod:`podres_exporter.daemon.web`): ``/metrics``, ``/healthz``
 (200 while the health loop runs), ``/readyz`` (200 once every resource is registered
@@ -25,8 +29,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 
+from podres_exporter.buildinfo import BuildInfo
 from podres_exporter.daemon.web import Check, Index, Site, registry_metrics
 
 __all__ = ["PluginMetrics", "plugin_site"]
@@ -37,7 +42,17 @@ HEALTH_LABELS = ("Healthy", "Unhealthy")
 class PluginMetrics:
     """The plugin's metrics on a private registry; every method is thread-safe."""
 
-    def __init__(self, version: str, resources: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        version: str,
+        resources: Iterable[str] = (),
+        *,
+        node: str = "",
+        build: BuildInfo | None = None,
+    ) -> None:
+        # The client's counters add a *_created series each, which no rule or board reads;
+        # the switch is the client's own, process-wide (PROMETHEUS_DISABLE_CREATED_SERIES).
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # the client types it not
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self._devices = Gauge(
@@ -75,13 +90,20 @@ class PluginMetrics:
             ["resource"],
             registry=r,
         )
-        info = Gauge(
+        b = build or BuildInfo(version)
+        Gauge(
             "podres_plugin_build_info",
-            "The plugin's version; always 1.",
-            ["version"],
+            "The plugin's version, the git commit it was built from (unknown when not known) "
+            "and the Python version it runs on; always 1.",
+            ["version", "revision", "python_version"],
             registry=r,
-        )
-        info.labels(version=version).set(1)
+        ).labels(version=version, revision=b.revision, python_version=b.python_version).set(1)
+        Gauge(
+            "podres_plugin_node_info",
+            "The name of the node the plugin runs on; always 1.",
+            ["node"],
+            registry=r,
+        ).labels(node=node).set(1)
         self._lock = threading.Lock()
         self._is_registered: dict[str, bool] = {}
         for name in resources:

@@ -31,6 +31,7 @@ import structlog
 from prometheus_client.metrics_core import Metric
 
 from podres_exporter import collectors
+from podres_exporter.buildinfo import BuildInfo
 from podres_exporter.collectors import Collector, RenderContext
 from podres_exporter.core.accounting import contested
 from podres_exporter.core.errors import ConfigError, KubeletError, SourceError
@@ -483,10 +484,14 @@ class NodeReader:
         )
         return NodeView.of(snap, previous, gpu_resources=self._gpu_resources)
 
-    def families(self, view: NodeView, version: str) -> list[Metric]:
+    def families(
+        self, view: NodeView, version: str, node: str = "", build: BuildInfo | None = None
+    ) -> list[Metric]:
         """The enabled collectors' metric families for ``view`` (a collector whose inputs
-        did not change since the last call gives the same family objects)."""
-        ctx = RenderContext(view, version)
+        did not change since the last call gives the same family objects); ``node`` and
+        ``build`` (revision, Python version) for the build collector."""
+        b = build or BuildInfo(version)
+        ctx = RenderContext(view, version, node, b.revision, b.python_version)
         return collectors.collect_all(self.enabled, ctx, cache=self._families)
 
     def release(self) -> None:

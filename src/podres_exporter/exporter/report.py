@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -67,6 +68,15 @@ def _pod(pod: PodAlloc, numa_of: dict[int, str]) -> dict[str, Any]:
             "shared_pool_cpus": format_cpulist(pod.cpu_ids - claimed),
             "memory": _memory(pod.memory),
         }
+    return out
+
+
+def _with_allocatable(parts: Mapping[Any, int], whole: Mapping[Any, int]) -> dict[Any, int]:
+    """The parts (keyed by place and state) with the allocatable whole beside them, as
+    state ``allocatable``: the snapshot lists both under one place."""
+    out = dict(parts)
+    for key, n in whole.items():
+        out[(*((key,) if isinstance(key, str) else key), "allocatable")] = n
     return out
 
 
@@ -179,16 +189,18 @@ def to_dict(view: NodeView, *, only: PodAlloc | None = None) -> dict[str, Any]:
                 shared[a.numa].append(a.cpu)
         node |= {
             "cpu_basis": acc.cpu_basis,
-            "cpus": _nest(acc.node_cpus, 2),
+            "cpus": _nest(_with_allocatable(acc.node_cpus, acc.allocatable_cpus), 2),
             "shared_free_cpus": {n: format_cpulist(c) for n, c in sorted(shared.items())},
-            "devices": _nest(acc.node_devices, 3),
-            "memory_bytes": _nest(acc.node_memory, 3),
+            "devices": _nest(_with_allocatable(acc.node_devices, acc.allocatable_devices), 3),
+            "memory_bytes": _nest(_with_allocatable(acc.node_memory, acc.allocatable_memory), 3),
             "pods": acc.pods,
             "containers": acc.containers,
             "anomalies": {k: v for k, v in acc.anomalies.items() if v},
         }
         if acc.dra_devices:
-            node["dra_devices"] = _nest(acc.dra_devices, 3)
+            dra = {(*k, "allocated"): n for k, n in acc.dra_devices.items()}
+            dra |= {(*k, "shared"): n for k, n in acc.dra_shared_devices.items()}
+            node["dra_devices"] = _nest(dra, 3)
         pods = (only,) if only is not None else reading.pods
         out["pods"] = [_pod(p, numa_of) for p in sorted(pods, key=lambda p: (p.namespace, p.name))]
     out["node"] = node

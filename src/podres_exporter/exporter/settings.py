@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podres_exporter import collectors
+from podres_exporter import __version__, collectors
+from podres_exporter.buildinfo import BuildInfo, build_info
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.core.limits import DEFAULT_LIMITS, AnswerLimits
@@ -28,9 +29,11 @@ from podres_exporter.daemon.flags import (
     KUBELET_SOCKET,
     LOG_FORMAT,
     LOG_LEVEL,
+    NODE_NAME,
     PATH_PROCFS,
     PATH_SYSFS,
     WEB_CONFIG_FILE,
+    node_name,
 )
 from podres_exporter.daemon.options import (
     Option,
@@ -167,6 +170,7 @@ OPTIONS: tuple[Option, ...] = (
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
            "(nvidia<N>, card<N>-<M> ...); other resources are matched by id shape alone."),
     WEB_CONFIG_FILE,
+    NODE_NAME,
     LOG_LEVEL,
     LOG_FORMAT,
 )  # fmt: skip
@@ -228,6 +232,10 @@ class Settings:
     log_level: str
     log_format: str
     web_config_file: str | None = None
+    # --node-name, else NODE_NAME, else the host name: resolved by build().
+    node_name: str = ""
+    # The build's version, revision and Python version (podres_build_info).
+    build: BuildInfo = field(default_factory=lambda: BuildInfo(__version__))
     # --collector.NAME switches given (name -> on/off); the others keep their default.
     collector_overrides: Mapping[str, bool] = field(default_factory=dict)
 
@@ -282,7 +290,8 @@ def build(
         on = resolve(collector_switch(name), switched, env, file_values, path)
         if on is not None:
             overrides[name] = on
-    return Settings(**values, collector_overrides=overrides)
+    values["node_name"] = node_name(values["node_name"], env)
+    return Settings(**values, build=build_info(__version__, env), collector_overrides=overrides)
 
 
 def _is_table(key: str, known: set[str]) -> bool:

@@ -34,7 +34,5 @@ def test_dra_devices_per_driver_and_pool() -> None:
         )
     )
     acc = account(r, topo())
-    assert dict(acc.dra_devices) == {
-        ("drv", "pool-a", "allocated"): 3,
-        ("drv", "pool-a", "shared"): 1,
-    }
+    assert dict(acc.dra_devices) == {("drv", "pool-a"): 3}
+    assert dict(acc.dra_shared_devices) == {("drv", "pool-a"): 1}

@@ -23,7 +23,8 @@ def test_static_policy_pools_per_numa_node() -> None:
     )
     acc = account(r, topo())
     assert acc.cpu_basis == "allocatable"
-    assert acc.node_cpus[("0", "allocatable")] == 7
+    assert acc.allocatable_cpus["0"] == 7
+    assert ("0", "allocatable") not in acc.node_cpus
     assert acc.node_cpus[("0", "exclusive")] == 3
     assert acc.node_cpus[("0", "shared_free")] == 4
     assert acc.node_cpus[("0", "reserved")] == 1
@@ -43,7 +44,7 @@ def test_policy_none_uses_online_cpus_as_the_shared_pool() -> None:
     acc = account(reading((pod("a", ContainerAlloc("c")),), Allocatable()), topo())
     assert acc.cpu_basis == "online"
     assert acc.node_cpus[("0", "shared_free")] == 8
-    assert acc.node_cpus[("1", "allocatable")] == 8
+    assert acc.allocatable_cpus["1"] == 8
     assert acc.node_cpus[("0", "reserved")] == 0
 
 
@@ -97,13 +98,14 @@ def node_readings(draw: st.DrawFn) -> KubeletReading:
 @settings(max_examples=200, deadline=None)
 @given(node_readings())
 def test_every_online_cpu_is_in_exactly_one_pool(r: KubeletReading) -> None:
-    """exclusive + shared_free + reserved = online, and shared_free = allocatable - exclusive."""
+    """The pools (and only they) add up to online; shared_free = allocatable - exclusive."""
     t = topo()
     acc = account(r, t)
     for node in ("0", "1"):
         c = acc.node_cpus
         assert c[(node, "exclusive")] + c[(node, "shared_free")] + c[(node, "reserved")] == 8
-        assert c[(node, "shared_free")] == c[(node, "allocatable")] - c[(node, "exclusive")]
+        assert sum(n for (numa, _), n in c.items() if numa == node) == 8
+        assert c[(node, "shared_free")] == acc.allocatable_cpus[node] - c[(node, "exclusive")]
     pools = [a.pool for a in acc.cpu_assignments]
     assert len(pools) == len(t.online_cpus)
     assert sum(h.value for h in acc.container_cpus) == pools.count("exclusive")

@@ -10,8 +10,8 @@ from podres_exporter.core.model import Allocatable, ContainerAlloc, DeviceRef, K
 from tests.core.accounting.support import GPU, pod, reading, topo
 
 
-def test_devices_allocated_unallocated_and_unhealthy_in_use() -> None:
-    """Held-but-not-allocatable devices count as allocated_unhealthy; free ones as unallocated."""
+def test_devices_free_allocated_and_unhealthy_in_use() -> None:
+    """Held-but-not-allocatable devices count as allocated_unhealthy only; free ones as free."""
     alloc = Allocatable(
         cpu_ids=frozenset(range(16)),
         devices=(
@@ -29,13 +29,15 @@ def test_devices_allocated_unallocated_and_unhealthy_in_use() -> None:
     )
     acc = account(r, topo())
     nd = acc.node_devices
-    assert nd[(GPU, "0", "allocatable")] == 2
+    assert acc.allocatable_devices[(GPU, "0")] == 2
     assert nd[(GPU, "0", "allocated")] == 1
-    assert nd[(GPU, "0", "unallocated")] == 1
+    assert nd[(GPU, "0", "free")] == 1
     assert nd[(GPU, "0", "allocated_unhealthy")] == 0
-    assert nd[(GPU, "1", "allocated")] == 1
+    assert nd[(GPU, "1", "allocated")] == 0
     assert nd[(GPU, "1", "allocated_unhealthy")] == 1
-    assert nd[(GPU, "1", "unallocated")] == 1
+    assert nd[(GPU, "1", "free")] == 1
+    assert acc.allocatable_devices[(GPU, "1")] == 1
+    assert {s for _, _, s in nd} == {"free", "allocated", "allocated_unhealthy"}
     assert [(d.holder.pod, d.device_id) for d in acc.container_devices] == [
         ("a", "g0"),
         ("b", "g3"),
@@ -46,16 +48,17 @@ def test_numa_zero_is_not_no_topology() -> None:
     """A device on NUMA node 0 and one without topology land under different labels."""
     alloc = Allocatable(devices=(DeviceRef("x/y", "d0", (0,)), DeviceRef("x/y", "d1", None)))
     acc = account(reading((), alloc), topo())
-    assert acc.node_devices[("x/y", "0", "allocatable")] == 1
-    assert acc.node_devices[("x/y", "none", "allocatable")] == 1
+    assert acc.allocatable_devices[("x/y", "0")] == 1
+    assert acc.allocatable_devices[("x/y", "none")] == 1
 
 
 def test_device_on_two_numa_nodes_is_counted_once() -> None:
     """A device spanning nodes 0 and 1 is one device under numa_node '0,1'."""
     alloc = Allocatable(devices=(DeviceRef("x/y", "d0", (0, 1)),))
     acc = account(reading((), alloc), topo())
-    assert acc.node_devices[("x/y", "0,1", "allocatable")] == 1
-    assert sum(v for (r, _, s), v in acc.node_devices.items() if s == "allocatable") == 1
+    assert acc.allocatable_devices[("x/y", "0,1")] == 1
+    assert sum(acc.allocatable_devices.values()) == 1
+    assert sum(acc.node_devices.values()) == 1
 
 
 def test_device_held_by_two_containers_is_counted_once_and_flagged() -> None:
@@ -76,6 +79,7 @@ def test_without_allocatable_only_allocated_devices_are_reported() -> None:
     r = reading((pod("a", ContainerAlloc("c", devices=(DeviceRef(GPU, "g0", None),))),), None)
     acc = account(r, topo())
     assert acc.node_devices == {(GPU, "none", "allocated"): 1}
+    assert not acc.allocatable_devices
 
 
 @st.composite
@@ -95,17 +99,16 @@ def device_readings(draw: st.DrawFn) -> KubeletReading:
 @settings(max_examples=200, deadline=None)
 @given(device_readings())
 def test_device_states_balance(r: KubeletReading) -> None:
-    """allocatable = (allocated - allocated_unhealthy) + unallocated, summed over NUMA labels."""
+    """The states partition every known device; allocatable = free + allocated."""
     acc = account(r, topo())
-    total = {s: 0 for s in ("allocatable", "allocated", "unallocated", "allocated_unhealthy")}
+    total = {s: 0 for s in ("allocated", "free", "allocated_unhealthy")}
     for (_, _, state), n in acc.node_devices.items():
         total[state] += n
-    assert (
-        total["allocatable"]
-        == total["allocated"] - total["allocated_unhealthy"] + total["unallocated"]
-    )
+    assert sum(acc.allocatable_devices.values()) == total["allocated"] + total["free"]
     held_ids = {d.device_id for p in r.pods for c in p.containers for d in c.devices}
-    assert total["allocated"] == len(held_ids)
+    known = held_ids | {d.device_id for d in r.allocatable.devices} if r.allocatable else held_ids
+    assert sum(total.values()) == len(known)
+    assert total["allocated"] + total["allocated_unhealthy"] == len(held_ids)
 
 
 def test_device_states_per_id() -> None:

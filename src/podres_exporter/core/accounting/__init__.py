@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from podres_exporter.core.accounting.claims import DRA_STATES, HeldClaim, dra_devices, held_claims
+from podres_exporter.core.accounting.claims import HeldClaim, dra_devices, held_claims
 from podres_exporter.core.accounting.cpus import (
     CPU_POOLS,
     CpuAssignment,
@@ -62,7 +62,10 @@ class Accounting:
 
     ``node_cpus`` maps (numa label, pool) to a count, ``node_devices`` maps
     (resource, numa label, state) to a count, ``node_memory`` maps
-    (numa label, memory type, state) to bytes.
+    (numa label, memory type, state) to bytes: parts that add up to a whole.
+    The allocatable wholes are apart: ``allocatable_cpus`` per numa label,
+    ``allocatable_devices`` per (resource, numa label), ``allocatable_memory``
+    per (numa label, memory type).
     """
 
     cpu_basis: str  # "allocatable", "online", or "unknown" (v1alpha1: no CPU data)
@@ -75,14 +78,18 @@ class Accounting:
     node_memory: Mapping[tuple[str, str, str], int]
     container_memory: tuple[HeldMemory, ...]
     claims: tuple[HeldClaim, ...]
+    allocatable_cpus: Mapping[str, int]
+    allocatable_devices: Mapping[tuple[str, str], int]
+    allocatable_memory: Mapping[tuple[str, str], int]
     pods: int
     containers: int
     anomalies: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # Pod-level resources: one row per pod with a pod-level CPU set and NUMA node of it.
     pod_shared_cpus: tuple[PodCount, ...] = ()
     pod_shared_memory: tuple[PodMemory, ...] = ()
-    # DRA per (driver, pool, state): distinct devices allocated, and those shared.
-    dra_devices: Mapping[tuple[str, str, str], int] = field(
+    # DRA per (driver, pool): distinct devices used, and those of them shared.
+    dra_devices: Mapping[tuple[str, str], int] = field(default_factory=lambda: MappingProxyType({}))
+    dra_shared_devices: Mapping[tuple[str, str], int] = field(
         default_factory=lambda: MappingProxyType({})
     )
 
@@ -103,13 +110,14 @@ def account(
         if not name
     )
     states: dict[tuple[str, str], str] = {}
-    basis, node_cpus, assignments, container_cpus = account_cpus(
+    basis, node_cpus, allocatable_cpus, assignments, container_cpus = account_cpus(
         reading, topology, anomalies, liveness, states
     )
-    node_devices, container_devices, device_states = account_devices(
+    node_devices, allocatable_devices, container_devices, device_states = account_devices(
         reading, anomalies, liveness, states
     )
-    node_memory, container_memory = account_memory(reading, anomalies)
+    node_memory, allocatable_memory, container_memory = account_memory(reading, anomalies)
+    dra_used, dra_shared = dra_devices(reading.pods)
     pod_cpus, pod_memory = pod_pools(reading.pods, topology)
     kinds = ANOMALIES if liveness is None else (*ANOMALIES, LIVENESS_ANOMALY)
     return Accounting(
@@ -123,12 +131,16 @@ def account(
         node_memory=MappingProxyType(node_memory),
         container_memory=tuple(container_memory),
         claims=tuple(held_claims(reading.pods)),
+        allocatable_cpus=MappingProxyType(allocatable_cpus),
+        allocatable_devices=MappingProxyType(allocatable_devices),
+        allocatable_memory=MappingProxyType(allocatable_memory),
         pods=len(reading.pods),
         containers=sum(len(p.containers) for p in reading.pods),
         anomalies=MappingProxyType({k: anomalies.get(k, 0) for k in kinds}),
         pod_shared_cpus=tuple(pod_cpus),
         pod_shared_memory=tuple(pod_memory),
-        dra_devices=MappingProxyType(dra_devices(reading.pods)),
+        dra_devices=MappingProxyType(dra_used),
+        dra_shared_devices=MappingProxyType(dra_shared),
     )
 
 
@@ -136,7 +148,6 @@ __all__ = [
     "ANOMALIES",
     "CPU_POOLS",
     "DEVICE_STATES",
-    "DRA_STATES",
     "LIVENESS_ANOMALY",
     "MEMORY_STATES",
     "POD_STATES",

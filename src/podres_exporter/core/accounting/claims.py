@@ -1,8 +1,8 @@
 """DRA: one row per claim device and holder; distinct devices per driver and pool.
 
-Per driver and pool, the distinct devices allocated, and those shared (used through
-several shares, or by several claims). Claims with the same ``share_id`` on one device
-are one share of it.
+Per driver and pool, the distinct devices used, and apart from them those shared (used
+through several shares, or by several claims; a part of the used ones). Claims with the
+same ``share_id`` on one device are one share of it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 from podres_exporter.core.accounting.holders import holdings
 from podres_exporter.core.model import Holder, PodAlloc
-
-DRA_STATES = ("allocated", "shared")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +50,10 @@ def held_claims(pods: Iterable[PodAlloc]) -> list[HeldClaim]:
     )
 
 
-def dra_devices(pods: Iterable[PodAlloc]) -> dict[tuple[str, str, str], int]:
-    """Distinct DRA devices per driver and pool, allocated and shared.
+def dra_devices(
+    pods: Iterable[PodAlloc],
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """Distinct DRA devices per driver and pool: those used, and those shared.
 
     A device is (driver, pool, device); its shares are the distinct share ids it is
     used through (a claim without one is a share of its own, by claim). Claims with
@@ -73,10 +73,9 @@ def dra_devices(pods: Iterable[PodAlloc]) -> dict[tuple[str, str, str], int]:
                         else ("claim", claim.claim_namespace, claim.claim_name)
                     )
                     shares[(d.driver, d.pool, d.device)].add(share)
-    counts: dict[tuple[str, str, str], int] = {}
-    for (driver, pool, _), used in shares.items():
-        for state in DRA_STATES:
-            counts.setdefault((driver, pool, state), 0)
-        counts[(driver, pool, "allocated")] += 1
-        counts[(driver, pool, "shared")] += len(used) > 1
-    return counts
+    used: dict[tuple[str, str], int] = {}
+    shared: dict[tuple[str, str], int] = {}
+    for (driver, pool, _), by in shares.items():
+        used[(driver, pool)] = used.get((driver, pool), 0) + 1
+        shared[(driver, pool)] = shared.get((driver, pool), 0) + (len(by) > 1)
+    return used, shared

@@ -1,6 +1,8 @@
 """CPU pools per NUMA node, one assignment per CPU, and the exclusive CPUs per holder.
 
-Every online CPU is in exactly one of exclusive / shared_free / reserved:
+Every online CPU is in exactly one pool of exclusive / shared_free / reserved, so the
+pools add up to the online CPUs; allocatable is counted apart from them (it overlaps
+exclusive and shared_free):
 - allocatable: what the kubelet reports as allocatable; when it reports none
   (CPU manager policy ``none``, or GetAllocatableResources not served) the
   node's online CPUs stand in, and ``cpu_basis`` says ``online``. A v1alpha1
@@ -35,7 +37,7 @@ from podres_exporter.core.model import (
     PodLiveness,
 )
 
-CPU_POOLS = ("allocatable", "exclusive", "shared_free", "reserved")
+CPU_POOLS = ("exclusive", "shared_free", "reserved")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +82,11 @@ def account_cpus(
     anomalies: Counter[str],
     liveness: PodLiveness | None = None,
     pod_states: dict[tuple[str, str], str] | None = None,
-) -> tuple[str, dict[tuple[str, str], int], list[CpuAssignment], list[HolderCount]]:
-    """CPU pools per NUMA node, one assignment per CPU, exclusive CPUs per holder."""
+) -> tuple[str, dict[tuple[str, str], int], dict[str, int], list[CpuAssignment], list[HolderCount]]:
+    """CPU pools per NUMA node, allocatable CPUs per NUMA node, one assignment per CPU,
+    exclusive CPUs per holder."""
     if reading.api_version is ApiVersion.V1ALPHA1:
-        return "unknown", {}, [], []  # v1alpha1 carries no CPUs at all: unknown, not zero
+        return "unknown", {}, {}, [], []  # v1alpha1 carries no CPUs at all: unknown, not zero
     online = topology.online_cpus
     reported = reading.allocatable.cpu_ids if reading.allocatable is not None else frozenset()
     basis = "allocatable" if reported else "online"
@@ -112,11 +115,14 @@ def account_cpus(
     shared_free = allocatable - exclusive
 
     counts: dict[tuple[str, str], int] = {}
+    per_node: dict[str, int] = {str(node): 0 for node in topology.numa_nodes}
     for node in topology.numa_nodes:
         for pool in CPU_POOLS:
             counts[(str(node), pool)] = 0
+    for cpu in allocatable:
+        numa = cpu_numa(topology, cpu)
+        per_node[numa] = per_node.get(numa, 0) + 1
     for pool, cpus in (
-        ("allocatable", allocatable),
         ("exclusive", exclusive),
         ("shared_free", shared_free),
         ("reserved", reserved),
@@ -139,4 +145,4 @@ def account_cpus(
     for cpu, holder in owner.items():
         per_holder[(holder, cpu_numa(topology, cpu))] += 1
     held = [HolderCount(h, n, v) for (h, n), v in sorted(per_holder.items())]
-    return basis, counts, assignments, held
+    return basis, counts, per_node, assignments, held

@@ -1,10 +1,11 @@
 """Devices per resource, NUMA placement and state; one row per held device and per id.
 
-Allocatable (healthy, as reported), allocated (held by some container, each id once),
-unallocated (allocatable and held by nobody) and allocated_unhealthy (held but no
-longer allocatable: the device went unhealthy, or its plugin's stream dropped, while in
-use). Without an allocatable reading only ``allocated`` is known, and only it is
-reported.
+States partition every device id the kubelet knows, each id once: free (allocatable
+and held by nobody), allocated (held and still allocatable) and allocated_unhealthy
+(held but no longer allocatable: the device went unhealthy, or its plugin's stream
+dropped, while in use). Allocatable (healthy, as reported) is counted apart:
+allocatable = free + allocated. Without an allocatable reading only ``allocated`` is
+known (every held device), and only it is reported.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from podres_exporter.core.model import (
     numa_label,
 )
 
-DEVICE_STATES = ("allocatable", "allocated", "unallocated", "allocated_unhealthy")
+DEVICE_STATES = ("free", "allocated", "allocated_unhealthy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +58,12 @@ def account_devices(
     anomalies: Counter[str],
     liveness: PodLiveness | None = None,
     pod_states: dict[tuple[str, str], str] | None = None,
-) -> tuple[dict[tuple[str, str, str], int], list[HeldDevice], list[DeviceState]]:
-    """Device counts per resource, NUMA placement and state; one row per held device.
+) -> tuple[
+    dict[tuple[str, str, str], int], dict[tuple[str, str], int], list[HeldDevice], list[DeviceState]
+]:
+    """Device counts per resource, NUMA placement and state; allocatable devices per
+    resource and NUMA placement (empty without an allocatable reading); one row per held
+    device; one state per device id.
 
     Written for a large node read from scratch (``podres top --once`` over 50,000
     devices): each device's placement is worked out once, and the sorts compare plain
@@ -101,19 +106,21 @@ def account_devices(
 
     known = reading.allocatable is not None
     for key in first:
-        bump(key, "allocated")
-        if known and key not in allocatable:
-            bump(key, "allocated_unhealthy")
+        bump(key, "allocated_unhealthy" if known and key not in allocatable else "allocated")
+    per_node: dict[tuple[str, str], int] = {}
     for key in allocatable:
-        bump(key, "allocatable")
+        where = (key[0], placement[key])
+        per_node[where] = per_node.get(where, 0) + 1
         if key not in first:
-            bump(key, "unallocated")
+            bump(key, "free")
     # Every state of every (resource, placement) seen, zeros included, so that a
-    # resource whose devices are all taken shows unallocated 0, not nothing.
+    # resource whose devices are all taken shows free 0, not nothing.
     states = DEVICE_STATES if known else ("allocated",)
     for resource, numa in {(r, n) for r, n, _ in counts}:
         for state in states:
             counts.setdefault((resource, numa, state), 0)
+        if known:
+            per_node.setdefault((resource, numa), 0)
 
     # One row per (device, holder), in (holder, resource, id) order: grouped by holder,
     # each holder's few devices sorted on their own.
@@ -139,7 +146,7 @@ def account_devices(
         )
         for res, dev in device_key_order(placement)
     ]
-    return counts, rows, per_id
+    return counts, per_node, rows, per_id
 
 
 def _device_holders(

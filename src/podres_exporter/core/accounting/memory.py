@@ -1,7 +1,9 @@
 """Pinned memory per NUMA placement, type and state, and per holder.
 
-Allocatable, allocated, free. A block pinned to several NUMA nodes is labelled with
-all of them (``"0,1"``) and, for the free computation, split evenly across them.
+Allocated and free, and allocatable apart from them (allocatable = allocated + free per
+type over the node when nothing is overcommitted, and per NUMA node where no block spans
+nodes). A block pinned to several NUMA nodes is labelled with all of them (``"0,1"``)
+and, for the free computation, split evenly across them.
 Pod-level memory works as pod-level CPUs do, per NUMA placement and type: the part no
 container claims is held by the pod (holder container ``""``).
 """
@@ -21,7 +23,7 @@ from podres_exporter.core.model import (
     numa_label,
 )
 
-MEMORY_STATES = ("allocatable", "allocated", "free")
+MEMORY_STATES = ("allocated", "free")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +74,9 @@ def _split(block: MemoryBlock) -> Iterator[tuple[str, int]]:
 
 def account_memory(
     reading: KubeletReading, anomalies: Counter[str]
-) -> tuple[dict[tuple[str, str, str], int], list[HeldMemory]]:
-    """Memory per NUMA placement, type and state; one row per holder, placement and type."""
+) -> tuple[dict[tuple[str, str, str], int], dict[tuple[str, str], int], list[HeldMemory]]:
+    """Memory per NUMA placement, type and state; allocatable memory per NUMA placement
+    and type; one row per holder, placement and type."""
     counts: dict[tuple[str, str, str], int] = {}
     allocatable: Counter[tuple[str, str]] = Counter()
     if reading.allocatable is not None:
@@ -91,7 +94,6 @@ def account_memory(
                 for node, size in _split(b):
                     used_per_node[(node, b.memory_type)] += size
     for (numa, mtype), size in allocatable.items():
-        counts[(numa, mtype, "allocatable")] = size
         free = size - used_per_node.get((numa, mtype), 0)
         if free < 0:
             anomalies["memory_overcommitted"] += 1
@@ -100,4 +102,4 @@ def account_memory(
     for (numa, mtype), size in allocated.items():
         counts[(numa, mtype, "allocated")] = size
     rows = [HeldMemory(h, t, n, v) for (h, t, n), v in sorted(held.items())]
-    return counts, rows
+    return counts, dict(allocatable), rows

@@ -66,9 +66,10 @@ def device_rows(node: str, idx: Index) -> tuple[DeviceRow, ...]:
                 held.append(h)
         if key not in state:  # without GetAllocatableResources only held devices are known
             state[key] = (labels.get("numa_node", "none"), "allocated")
+    # The physical device an id names: a GPU's UUID, a PCI address, a DRM card.
     physical = {
-        (s.labels.get("resource", ""), s.labels.get("device_id", "")): s.labels.get(
-            "physical_id", ""
+        (s.labels.get("resource", ""), s.labels.get("device_id", "")): (
+            s.labels.get("uuid") or s.labels.get("address") or s.labels.get("card") or ""
         )
         for s in idx.get("podres_device_resolution_info")
     }

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from podres_exporter.top.rows.samples import DRA_DEVICES, Index, numa_key
+from podres_exporter.top.rows.samples import DRA_DEVICES, DRA_SHARED, Index, numa_key
 
 
 @dataclass(frozen=True, slots=True)
 class NumaCpus:
-    """CPUs of one NUMA node per pool (``podres_node_cpus``)."""
+    """CPUs of one NUMA node per pool (``podres_node_cpus``) and allocatable
+    (``podres_node_allocatable_cpus``)."""
 
     numa_node: str
     allocatable: int
@@ -21,14 +22,17 @@ class NumaCpus:
 
 @dataclass(frozen=True, slots=True)
 class ResourceCount:
-    """Devices of one resource, summed over NUMA nodes (``podres_node_devices``).
+    """Devices of one resource, summed over NUMA nodes (``podres_node_devices``,
+    ``podres_node_allocatable_devices``).
 
-    ``allocatable`` and ``unallocated`` are None when the kubelet does not serve
-    GetAllocatableResources (only held devices are known then).
+    ``allocated``: every held device (the states ``allocated`` and
+    ``allocated_unhealthy``); ``unallocated``: the state ``free``. ``allocatable`` and
+    ``unallocated`` are None when the kubelet does not serve GetAllocatableResources
+    (only held devices are known then).
 
     ``dra``: the DRA devices of one driver that containers use (``podres_dra_devices``,
-    over its pools): ``allocated`` of them, ``shared`` used through several claims; how
-    many the driver has is not known (None).
+    over its pools): ``allocated`` of them, ``shared`` used through several claims
+    (``podres_dra_shared_devices``); how many the driver has is not known (None).
     """
 
     resource: str
@@ -67,8 +71,9 @@ class NodeHeader:
 def _dra_counts(idx: Index) -> tuple[ResourceCount, ...]:
     """DRA devices in use per driver, over its pools."""
     drivers: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for s in idx.get(DRA_DEVICES):
-        drivers[s.labels.get("driver", "")][s.labels.get("state", "")] += int(s.value)
+    for name, what in ((DRA_DEVICES, "allocated"), (DRA_SHARED, "shared")):
+        for s in idx.get(name):
+            drivers[s.labels.get("dra_driver", "")][what] += int(s.value)
     return tuple(
         ResourceCount(
             resource=driver,
@@ -88,6 +93,8 @@ def header_of(node: str, idx: Index) -> NodeHeader:
     cpus: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in idx.get("podres_node_cpus"):
         cpus[s.labels.get("numa_node", "")][s.labels.get("pool", "")] += int(s.value)
+    for s in idx.get("podres_node_allocatable_cpus"):
+        cpus[s.labels.get("numa_node", "")]["allocatable"] += int(s.value)
     numa_cpus = tuple(
         NumaCpus(
             numa_node=n,
@@ -101,12 +108,14 @@ def header_of(node: str, idx: Index) -> NodeHeader:
     devs: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for s in idx.get("podres_node_devices"):
         devs[s.labels.get("resource", "")][s.labels.get("state", "")] += int(s.value)
+    for s in idx.get("podres_node_allocatable_devices"):
+        devs[s.labels.get("resource", "")]["allocatable"] += int(s.value)
     counts = tuple(
         ResourceCount(
             resource=r,
             allocatable=st.get("allocatable"),
-            allocated=st.get("allocated", 0),
-            unallocated=st.get("unallocated"),
+            allocated=st.get("allocated", 0) + st.get("allocated_unhealthy", 0),
+            unallocated=st.get("free"),
             allocated_unhealthy=st.get("allocated_unhealthy", 0),
         )
         for r, st in sorted(devs.items())
@@ -115,6 +124,9 @@ def header_of(node: str, idx: Index) -> NodeHeader:
     for s in idx.get("podres_node_memory_bytes"):
         key = (s.labels.get("numa_node", ""), s.labels.get("memory_type", ""))
         mem[key][s.labels.get("state", "")] = s.value
+    for s in idx.get("podres_node_allocatable_memory_bytes"):
+        key = (s.labels.get("numa_node", ""), s.labels.get("memory_type", ""))
+        mem[key]["allocatable"] = s.value
     memory = tuple(
         MemoryFree(numa_node=n, memory_type=t, free=st["free"], allocatable=st["allocatable"])
         for (n, t), st in sorted(

@@ -23,7 +23,8 @@ BUSY_COUNTER = "podres_cpu_busy_seconds_total"
 CPU_SOURCE_STAMP = "podres_source_last_success_timestamp_seconds"
 # One series per device of a DRA claim and the container using it.
 DRA_INFO = "podres_container_dynamic_resource_info"
-DRA_DEVICES = "podres_dra_devices"  # distinct DRA devices in use per driver, pool and state
+DRA_DEVICES = "podres_dra_devices"  # distinct DRA devices in use per driver and pool
+DRA_SHARED = "podres_dra_shared_devices"  # of those, the ones used through several shares
 
 # The metrics top reads; the Prometheus source asks for each (the busy counter as a rate).
 METRICS = (
@@ -32,14 +33,18 @@ METRICS = (
     "podres_pods",
     "podres_containers",
     "podres_node_cpus",
+    "podres_node_allocatable_cpus",
     "podres_cpu_assignment_info",
     "podres_pod_shared_pool_cpus",
     "podres_node_devices",
+    "podres_node_allocatable_devices",
     "podres_node_device_info",
     "podres_container_device_info",
     DRA_INFO,
     DRA_DEVICES,
+    DRA_SHARED,
     "podres_node_memory_bytes",
+    "podres_node_allocatable_memory_bytes",
     "podres_container_memory_bytes",
     "podres_container_numa_aligned",
     "podres_device_resolution_info",
@@ -173,10 +178,10 @@ def group(reading: Reading) -> dict[str, Index]:
 def dra_device(labels: Mapping[str, str]) -> tuple[str, str] | None:
     """A DRA claim device as a (resource, device id) pair: its driver, and ``pool/device``
     (how the DRA API names a device within its driver); None for a claim naming no device."""
-    driver, device = labels.get("driver", ""), labels.get("device", "")
+    driver, device = labels.get("dra_driver", ""), labels.get("dra_device", "")
     if not driver and not device:
         return None
-    return driver, f"{labels.get('pool', '')}/{device}"
+    return driver, f"{labels.get('dra_pool', '')}/{device}"
 
 
 def claim_of(labels: Mapping[str, str]) -> str:
