@@ -62,7 +62,8 @@ def _load(name: str) -> ModuleType:
 
 
 def _generator() -> ModuleType:
-    _load("grafana")  # tools/dashboards.py imports it as a sibling module
+    _load("grafana")  # tools/dashboards.py imports them as sibling modules
+    _load("mixin_config")
     return _load("dashboards")
 
 
@@ -126,7 +127,7 @@ def test_multi_cluster_boards_show_the_cluster_picker(generator: ModuleType) -> 
 
 def test_every_board_validates_against_grafanas_types(boards: dict[str, dict[str, Any]]) -> None:
     """Boards, panel options, field configs and queries fit @grafana/schema's types."""
-    assert len(boards) == 5
+    assert len(boards) == 6
     for uid, board in boards.items():
         assert schema_errors(board) == [], uid
 
@@ -198,7 +199,7 @@ def test_fleet_board_links_each_node_into_the_per_node_boards(
                         assert "var-node=${__value.raw}" in link["url"]
                         assert "${__url_time_range}" in link["url"]
                         linked.add(found.group(1))
-    assert linked == set(boards) - {"podres-fleet"}
+    assert linked == set(boards) - {"podres-fleet", "podres-gpus"}
 
 
 def test_panel_titles_are_unique_within_a_board(boards: dict[str, dict[str, Any]]) -> None:
