@@ -1149,8 +1149,7 @@ def with_model(expr: str) -> str:
     """``expr`` (a device-level GPU series) with the GPU's index and model, one series per
     GPU row (:data:`GPU_ROW`)."""
     return (
-        f"max by ({GPU_ROW}) ({expr} * on (uuid) group_left (gpu, model) "
-        f"{sel('podres_gpu_info')})"
+        f"max by ({GPU_ROW}) ({expr} * on (uuid) group_left (gpu, model) {sel('podres_gpu_info')})"
     )
 
 
@@ -1220,14 +1219,13 @@ def gpus_board(multi_cluster: bool) -> Dashboard:
             ),
         ),
     )  # fmt: skip
-    free = sel("podres_node_devices", 'resource=~"$resource"', eq("state", "free"))
-    per_numa = f"sum by (node, resource, numa_node) ({free})"
-    largest = f"max by (node, resource) ({per_numa})"
+    # The recording rule node_resource:podres_free_devices:max (docs/rules.md): each node's
+    # largest free block on one NUMA node, per resource.
+    largest = sel("node_resource:podres_free_devices:max", 'resource=~"$resource"')
 
     def fit(devices: int) -> Query:
         return Query(
-            f"count by (resource) ({largest} >= {devices}) "
-            f"or 0 * count by (resource) ({largest})"
+            f"count by (resource) ({largest} >= {devices}) or 0 * count by (resource) ({largest})"
         )
 
     blocks = Row(
@@ -1247,7 +1245,7 @@ def gpus_board(multi_cluster: bool) -> Dashboard:
                 "Nodes that fit a job on one NUMA node",
                 "What is the fleet's largest free block on one NUMA node, and on how many "
                 "nodes does a 1-, 2-, 4- or 8-device job fit on one NUMA node?",
-                Query(f"max by (resource) ({per_numa})"),
+                Query(f"max by (resource) ({largest})"),
                 fit(1), fit(2), fit(4), fit(8),
                 unit="none",
                 columns={"resource": "Resource", "Value #A": "Largest free block",
@@ -1340,7 +1338,7 @@ def job_regex(config: MixinConfig) -> str:
         found = _JOB_MATCHER.fullmatch(getattr(config, key))
         if not found:
             raise ConfigFileError(
-                f"key {key!r}: the boards need one job matcher, job=\"...\" or job=~\"...\""
+                f'key {key!r}: the boards need one job matcher, job="..." or job=~"..."'
             )
         value = found.group(2)
         parts.append(value if found.group(1) else re.escape(value))

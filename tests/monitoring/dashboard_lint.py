@@ -256,8 +256,7 @@ def lint(board: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> l
         scope = VARIABLE_SCOPE.get(name, DEFAULT_SCOPE)
         _, selector, _ = split_variable_query(variable_query(variable))
         problems += [
-            f"{board.get('uid')} / variable {name}: {p}"
-            for p in lint_expr(selector, scope, labels)
+            f"{board.get('uid')} / variable {name}: {p}" for p in lint_expr(selector, scope, labels)
         ]
     return problems
 
