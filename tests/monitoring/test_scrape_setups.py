@@ -21,7 +21,6 @@ banner says what it should, and ``podres top --prometheus`` shows the exporter's
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import re
@@ -33,11 +32,11 @@ from typing import Any
 
 import pytest
 
-from podres_exporter.top import add_top_parser, run_top
 from tests.monitoring.dashboard_lint import panels, substitute
 from tests.monitoring.prom import running_prometheus
 from tests.support import Prometheus, Samples, scrape, select
 from tests.top.support import assert_header_matches
+from tests.top.test_prometheus_source import top_json
 
 pytestmark = pytest.mark.prometheus
 
@@ -313,15 +312,6 @@ def _boards() -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((ROOT / "dashboards").glob("*.json"))]
 
 
-def _top(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="podres")
-    add_top_parser(parser.add_subparsers(dest="command", required=True))
-    capsys.readouterr()
-    rc = run_top(parser.parse_args(["top", *args]), {})
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 @pytest.mark.parametrize("name", SETUPS)
 def test_top_through_each_set_up(
     scraped: dict[str, Scraped], name: str, capsys: pytest.CaptureFixture[str]
@@ -330,7 +320,7 @@ def test_top_through_each_set_up(
     figures (the static target too, its node from podres_node_info); where honor_labels is
     false it refuses, exit 2, naming what to change."""
     s = scraped[name]
-    rc, out, err = _top(capsys, "--prometheus", s.prom.url, "-o", "json", "--node", s.node)
+    rc, out, err = top_json(capsys, "--prometheus", s.prom.url, "-o", "json", "--node", s.node)
     if s.setup.banner == 2:
         assert rc == 2 and "honor_labels: true" in err and "exported_namespace" in err, err
         return
@@ -362,7 +352,7 @@ def test_top_says_what_a_static_target_lacks(
     with running_prometheus(tmp_path, [job], up=1) as url:
         rows = Prometheus(url).query("podres_pods")
         assert rows and "node" not in rows[0]["metric"]
-        rc, _, err = _top(capsys, "--prometheus", url, "--node", "gpu-node-a1")
+        rc, _, err = top_json(capsys, "--prometheus", url, "--node", "gpu-node-a1")
     assert rc == 2
     assert "series have no node label" in err and "target label node" in err, err
     assert re.search(r"nodes: 127\.0\.0\.1:\d+", err), err
