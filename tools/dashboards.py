@@ -1,12 +1,15 @@
 """Generate the Grafana dashboards in dashboards/ from the definitions below.
 
-Usage: python tools/dashboards.py [--check] [--multi-cluster] [--out DIR]
+Usage: python tools/dashboards.py [--check] [--multi-cluster] [--config FILE] [--out DIR]
 
 Writes one classic dashboard JSON file per board into dashboards/ (or DIR), and removes any
 other ``*.json`` there. ``--check`` writes nothing and exits 1 when the committed files differ
 from what would be written; tests/monitoring/test_dashboards.py fails the same way.
 ``--multi-cluster`` shows the ``cluster`` picker (hidden in the committed boards, which suit
 one Prometheus per cluster): write those into a directory of your own with ``--out``.
+``--config FILE`` takes the settings of tools/mixin_config.py (the names of the ``cluster`` and
+``node`` labels, the exporter's and the plugin's job selectors): the boards are written with the
+default names and :func:`configured` renames those labels in every query, legend and column.
 
 Every query scopes itself to the ``cluster`` and ``node`` variables; the tests run each one
 against a real Prometheus scraping ``podres demo`` and lint them (units, matchers, rate
@@ -16,7 +19,9 @@ windows, sums that would count a shared GPU twice). docs/dashboards.md describes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +33,7 @@ from grafana import (
     Row,
     Variable,
     constant_variable,
+    custom_variable,
     dashboard_links,
     datasource_variable,
     heatmap,
@@ -39,6 +45,7 @@ from grafana import (
     timeseries,
     value_text,
 )
+from mixin_config import ConfigFileError, MixinConfig, load
 
 from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS
 
@@ -51,10 +58,13 @@ UID_NODE = "podres-node-allocation"
 UID_ACCELERATORS = "podres-accelerators"
 UID_WASTE = "podres-waste"
 UID_HEALTH = "podres-health"
+UID_GPUS = "podres-gpus"
 
 # The scrape jobs of the two agents: the Services' names under the ServiceMonitor (and the
 # plain scrape configuration in docs/deploy.md), or the one name the PodMonitor gives both.
-JOBS = "podres-exporter|podres-device-plugin|podres-system/podres-exporter"
+# (The defaults' exporter and plugin selectors; a --config file's are put in at the end, by
+# configured().)
+JOBS = "podres-exporter|podres-system/podres-exporter|podres-device-plugin"
 
 NODE = 'node=~"$node"'
 CLUSTER = 'cluster=~"$cluster"'
@@ -1117,12 +1127,265 @@ def health_board(multi_cluster: bool) -> Dashboard:
     )  # fmt: skip
 
 
-def boards(multi_cluster: bool = False) -> dict[str, JSON]:
-    """Every board's JSON by file name."""
+# ---- the questions users ask first -------------------------------------------------------
+
+# One row per GPU (or MIG instance): every query of the GPU table has these labels.
+GPU_ROW = "node, gpu, uuid, model, namespace, pod, container"
+WINDOW_VAR = custom_variable(
+    "window", "Window", ("1h", "6h", "24h", "7d"), "6h",
+    description="The window the averages and rates of the idle panels are taken over.",
+)  # fmt: skip
+THRESHOLD_VAR = custom_variable(
+    "threshold", "Utilisation below", ("0.05", "0.1", "0.25", "0.5"), "0.1",
+    description="A GPU whose average utilisation over the window is below this is listed.",
+)  # fmt: skip
+IDLE_RATE_VAR = custom_variable(
+    "idle_rate", "Traffic below (B/s)", ("1", "100", "1000", "10000"), "100",
+    description="A held interface that moved fewer bytes a second (received and sent) over "
+    "the window is listed: 1 for none at all, more to allow for ARP, LLDP and keep-alives.",
+)  # fmt: skip
+
+
+def with_model(expr: str) -> str:
+    """``expr`` (a device-level GPU series) with the GPU's index and model, one series per
+    GPU row (:data:`GPU_ROW`)."""
+    return (
+        f"max by ({GPU_ROW}) ({expr} * on (uuid) group_left (gpu, model) {sel('podres_gpu_info')})"
+    )
+
+
+def gpus_board(multi_cluster: bool) -> Dashboard:
+    total = with_model(sel("podres_gpu_memory_total_bytes", *HOLDER))
+    holders = f"count by (uuid) ({sel('podres_container_device_info')})"
+    table_row = Row(
+        "GPUs and their holders",
+        (
+            table(
+                "GPUs",
+                "Which GPUs and MIG instances are there, of which model, who holds each, how "
+                "busy is it and how much of its memory is in use? One row per GPU; a GPU that "
+                "several containers share shows empty holder labels and its number of holders.",
+                Query(with_model(sel("podres_gpu_utilization_ratio", *HOLDER))),
+                Query(with_model(sel("podres_gpu_memory_used_bytes", *HOLDER))),
+                Query(total),
+                Query(f"{total} * 0 + on (uuid) group_left () {holders} or {total} * 0"),
+                unit="none",
+                columns={"node": "Node", "gpu": "GPU", "model": "Model", "uuid": "UUID",
+                         "namespace": "Namespace", "pod": "Pod", "container": "Container",
+                         "Value #D": "Holders", "Value #A": "Utilisation",
+                         "Value #B": "Memory used", "Value #C": "Memory"},
+                column_units={"Utilisation": "percentunit", "Memory used": "bytes",
+                              "Memory": "bytes"},
+                numeric_columns=["gpu"], sort_by="GPU", height=10,
+            ),
+        ),
+    )  # fmt: skip
+    average = f"avg_over_time({sel('podres_gpu_utilization_ratio', *HOLDER)}[$window])"
+    low = f"{with_model(average)} < $threshold"
+    traffic = " + ".join(
+        f"rate({sel(f'podres_net_{way}_bytes_total', *HOLDER, ne('namespace', ''))}[$window])"
+        for way in ("receive", "transmit")
+    )
+    idle_vfs = f"max by (node, address, interface, namespace, pod, container) ({traffic})"
+    idle = Row(
+        "Held but idle",
+        (
+            stat(
+                "GPUs under the threshold",
+                "How many GPUs averaged less utilisation than the threshold over the window?",
+                Query(f"count({low}) or vector(0)"),
+                unit="none", thresholds=[(1, "orange")],
+            ),
+            table(
+                "GPUs with low utilisation",
+                "Which GPUs averaged less than the threshold over the window, and who holds "
+                "them? (Not only idle ones: a GPU at 3% is as good as lost.)",
+                Query(low),
+                unit="percentunit",
+                columns={"node": "Node", "gpu": "GPU", "model": "Model", "uuid": "UUID",
+                         "namespace": "Namespace", "pod": "Pod", "container": "Container",
+                         "Value": "Average utilisation"},
+                numeric_columns=["gpu"], sort_by="Average utilisation", width=20,
+            ),
+            table(
+                "Held interfaces without traffic",
+                "Which network interfaces (SR-IOV VFs in the main) does a container hold that "
+                "moved less than the chosen bytes a second over the window?",
+                Query(f"{idle_vfs} < $idle_rate"),
+                unit="Bps",
+                columns={"node": "Node", "address": "PCI address", "interface": "Interface",
+                         "namespace": "Namespace", "pod": "Pod", "container": "Container",
+                         "Value": "Traffic"},
+                sort_by="Traffic", height=8,
+            ),
+        ),
+    )  # fmt: skip
+    # The recording rule node_resource:podres_free_devices:max (docs/rules.md): each node's
+    # largest free block on one NUMA node, per resource.
+    largest = sel("node_resource:podres_free_devices:max", 'resource=~"$resource"')
+
+    def fit(devices: int) -> Query:
+        return Query(
+            f"count by (resource) ({largest} >= {devices}) or 0 * count by (resource) ({largest})"
+        )
+
+    blocks = Row(
+        "Free blocks on one NUMA node",
+        (
+            table(
+                "Largest free block per node",
+                "How many free devices of each resource does each node have on its best NUMA "
+                "node (what one NUMA-aligned pod could get there)?",
+                Query(largest),
+                unit="none",
+                columns={"node": "Node", "resource": "Resource", "Value": "Largest free block"},
+                column_links={"Node": NODE_LINKS},
+                sort_by="Largest free block", sort_desc=True, width=12, height=10,
+            ),
+            table(
+                "Nodes that fit a job on one NUMA node",
+                "What is the fleet's largest free block on one NUMA node, and on how many "
+                "nodes does a 1-, 2-, 4- or 8-device job fit on one NUMA node?",
+                Query(f"max by (resource) ({largest})"),
+                fit(1), fit(2), fit(4), fit(8),
+                unit="none",
+                columns={"resource": "Resource", "Value #A": "Largest free block",
+                         "Value #B": "Nodes fitting 1", "Value #C": "Nodes fitting 2",
+                         "Value #D": "Nodes fitting 4", "Value #E": "Nodes fitting 8"},
+                sort_by="Largest free block", sort_desc=True, width=12, height=10,
+            ),
+        ),
+    )  # fmt: skip
+    return Dashboard(
+        UID_GPUS, "podres / GPUs, idle hardware and free blocks",
+        "One row per GPU with its holder, use and memory; GPUs and interfaces held but "
+        "(nearly) idle; and the largest free block on one NUMA node across the fleet.",
+        (TAG,),
+        variables(multi_cluster, NAMESPACE_VAR, POD_VAR, RESOURCE_VAR, WINDOW_VAR,
+                  THRESHOLD_VAR, IDLE_RATE_VAR),
+        (table_row, idle, blocks), links=dashboard_links(TAG, "podres boards"),
+    )  # fmt: skip
+
+
+# ---- the scrape's labels -------------------------------------------------------------------
+
+DOCS_URL = "https://github.com/podres-exporter/podres-exporter/blob/main/docs"
+
+
+def labels_banner(config: MixinConfig) -> Row:
+    """A row that stays green while the scrape gives the series what the boards need, and
+    says what to add when it does not: 1, series without the node label (a plain static
+    target, a pod job without the relabelling); 2, our holder labels renamed to
+    ``exported_namespace``/``exported_pod`` (``honor_labels`` false); 3, both."""
+    node = config.node_label
+    no_node = f"count(podres_build_info{{{eq('node', '')}, {CLUSTER}}}) > bool 0 or vector(0)"
+    renamed = f"count({containers(ne('exported_namespace', ''))}) > bool 0 or vector(0)"
+    lacks = (
+        f"series lack the {node} label: add a target label {node} with the node's name "
+        "(relabel __meta_kubernetes_pod_node_name, or set it on the static target)"
+    )
+    honor = (
+        "the scrape renamed our namespace/pod labels to exported_*: set honor_labels: true "
+        "on the scrape job"
+    )
+    return Row(
+        "Scrape labels",
+        (
+            stat(
+                "Scrape labels",
+                f"Do the series carry the {node} label and our own namespace and pod labels? "
+                "Green when they do; otherwise it says what to change in the scrape "
+                "(docs/deploy.md, docs/dashboards.md).",
+                Query(f"({no_node}) + 2 * ({renamed})"),
+                unit="none", width=24, height=3, text_mode="value",
+                mappings=[value_text({0: ("scrape labels ok", "green"), 1: (lacks, "red"),
+                                      2: (honor, "red"), 3: (f"{lacks}; {honor}", "red")})],
+                links=(Link("Scrape set-ups (docs/deploy.md)",
+                            f"{DOCS_URL}/deploy.md#prometheus-operator"),
+                       Link("What the banner checks (docs/dashboards.md)",
+                            f"{DOCS_URL}/dashboards.md#the-scrape-labels-banner")),
+            ),
+        ),
+    )  # fmt: skip
+
+
+# ---- the settings ------------------------------------------------------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_JOB_MATCHER = re.compile(r'\s*job\s*=(~?)\s*"((?:[^"\\]|\\.)*)"\s*')
+
+
+def rename_labels(expr: str, names: dict[str, str]) -> str:
+    """``expr`` with each label name in ``names`` replaced: every bare identifier outside
+    string literals that is such a name (a matcher's or a grouping's label, the label of
+    ``label_values``), never ``$node`` nor a metric name that contains one."""
+    if not names:
+        return expr
+    label = re.compile(r"(?<![\w$.:])(" + "|".join(map(re.escape, names)) + r")(?!\w)")
+    out: list[str] = []
+    pos = 0
+    for string in _STRING.finditer(expr):
+        out.append(label.sub(lambda m: names[m.group(1)], expr[pos : string.start()]))
+        out.append(string.group())
+        pos = string.end()
+    out.append(label.sub(lambda m: names[m.group(1)], expr[pos:]))
+    return "".join(out)
+
+
+def job_regex(config: MixinConfig) -> str:
+    """The regex of the job constant: the union of the two selectors' ``job`` values."""
+    parts = []
+    for key in ("exporter_selector", "plugin_selector"):
+        found = _JOB_MATCHER.fullmatch(getattr(config, key))
+        if not found:
+            raise ConfigFileError(
+                f'key {key!r}: the boards need one job matcher, job="..." or job=~"..."'
+            )
+        value = found.group(2)
+        parts.append(value if found.group(1) else re.escape(value))
+    return "|".join(dict.fromkeys("|".join(parts).split("|")))
+
+
+def configured(board: JSON, config: MixinConfig) -> JSON:
+    """``board`` (written with the default label names) for ``config``: the cluster and node
+    labels renamed in every query, legend and table column, the job constant its selectors'."""
+    names = {
+        old: new
+        for old, new in (("node", config.node_label), ("cluster", config.cluster_label))
+        if old != new
+    }
+    legend = {f"{{{{{old}}}}}": f"{{{{{new}}}}}" for old, new in names.items()}
+    for panel in (p for row in board["panels"] for p in (row, *row.get("panels", []))):
+        for target in panel.get("targets", []):
+            target["expr"] = rename_labels(target["expr"], names)
+            for old, new in legend.items():
+                target["legendFormat"] = target["legendFormat"].replace(old, new)
+        for step in panel.get("transformations", []):
+            options = step["options"]
+            if step["id"] == "filterFieldsByName":
+                include = options["include"]["names"]
+                options["include"]["names"] = [names.get(n, n) for n in include]
+            elif step["id"] == "organize":
+                for key in ("indexByName", "renameByName"):
+                    options[key] = {names.get(k, k): v for k, v in options[key].items()}
+    for variable in board["templating"]["list"]:
+        query = variable.get("query")
+        if variable["type"] == "query":
+            query["query"] = rename_labels(query["query"], names)
+        elif variable["type"] == "constant" and variable["name"] == "job":
+            variable["query"] = job_regex(config)
+    return board
+
+
+def boards(multi_cluster: bool = False, config: MixinConfig | None = None) -> dict[str, JSON]:
+    """Every board's JSON by file name, for ``config`` (the defaults when None)."""
+    config = config or MixinConfig()
     out: dict[str, JSON] = {}
-    for build in (fleet_board, node_board, accelerators_board, waste_board, health_board):
+    builds = (fleet_board, node_board, accelerators_board, waste_board, health_board, gpus_board)
+    for build in builds:
         board = build(multi_cluster)
-        out[f"{board.uid}.json"] = board.to_json()
+        board = dataclasses.replace(board, rows=(labels_banner(config), *board.rows))
+        out[f"{board.uid}.json"] = configured(board.to_json(), config)
     return out
 
 
@@ -1130,18 +1393,27 @@ def render(board: JSON) -> str:
     return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
 
 
-def rendered(multi_cluster: bool = False) -> dict[str, str]:
+def rendered(multi_cluster: bool = False, config: MixinConfig | None = None) -> dict[str, str]:
     """Every board's file content by file name."""
-    return {name: render(board) for name, board in boards(multi_cluster).items()}
+    return {name: render(board) for name, board in boards(multi_cluster, config).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if files differ")
     parser.add_argument("--multi-cluster", action="store_true", help="show the cluster picker")
+    parser.add_argument(
+        "--config", type=Path, help="a JSON file of settings (tools/mixin_config.py)"
+    )
     parser.add_argument("--out", type=Path, default=OUT, help="output directory")
     args = parser.parse_args(argv)
-    files = rendered(args.multi_cluster)
+    try:
+        config = load(args.config)
+        files = rendered(args.multi_cluster, config)
+    except ConfigFileError as err:
+        where = "" if str(err).startswith(str(args.config)) else f"{args.config}: "
+        print(f"dashboards: {where}{err}", file=sys.stderr)
+        return 2
     present = {p.name: p.read_text() for p in sorted(args.out.glob("*.json"))}
     if args.check:
         stale = sorted(n for n in files.keys() | present.keys() if files.get(n) != present.get(n))

@@ -235,6 +235,21 @@ def constant_variable(name: str, value: str, description: str = "") -> Variable:
     )  # fmt: skip
 
 
+def custom_variable(
+    name: str, label: str, options: Sequence[str], current: str, description: str = ""
+) -> Variable:
+    """A single-value variable chosen from a fixed list (a window, a threshold)."""
+    assert current in options, (name, current)
+    return Variable(
+        name,
+        {"label": label, "description": description, "type": "custom",
+         "query": ",".join(options),
+         "options": [{"selected": o == current, "text": o, "value": o} for o in options],
+         "current": {"selected": True, "text": current, "value": current},
+         "hide": 0, "multi": False, "includeAll": False},
+    )  # fmt: skip
+
+
 def dashboard_links(tag: str, title: str) -> tuple[JSON, ...]:
     """A drop-down of every board carrying ``tag``, keeping the time range and variables."""
     return (
@@ -336,8 +351,10 @@ def stat(
     text_mode: Literal["auto", "value", "value_and_name", "name"] = "auto",
     graph: bool = False,
     mappings: Sequence[JSON] = (),
+    links: Sequence[Link] = (),
 ) -> Panel:
-    """One number per series (the last value), coloured by ``thresholds``."""
+    """One number per series (the last value), coloured by ``thresholds``; ``links`` open
+    from the value."""
     options: JSON = {
         "colorMode": "value",
         "graphMode": "area" if graph else "none",
@@ -353,7 +370,9 @@ def stat(
         "stat", title, description, queries, unit, width, height,
         options=options,
         custom={},
-        defaults=_field_defaults(thresholds=thresholds, color="thresholds", mappings=mappings),
+        defaults=_field_defaults(
+            thresholds=thresholds, color="thresholds", mappings=mappings, links=links
+        ),
     )  # fmt: skip
 
 

@@ -3,11 +3,14 @@
 Shared by the dashboard and alert-rule tests: every query they ship is executed here. The
 scrape configuration gives the series the labels a cluster install gives them (``node`` from
 the ServiceMonitor's relabelling, ``cluster`` as an external or target label), so that the
-queries' ``node`` and ``cluster`` matchers select data.
+queries' ``node`` and ``cluster`` matchers select data. ``quiet_demo`` is a demo without pod
+churn, for the tests that compare Prometheus's answers with the exporter's own /metrics (the
+scrape set-ups, the peers' joins), each with Prometheus servers of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -32,14 +36,36 @@ WARM_UP_S = 20
 @pytest.fixture(scope="session")
 def demo_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodePrometheus]:
     """``podres demo`` and a Prometheus scraping it, warmed up for :data:`WARM_UP_S`."""
+    tmp = tmp_path_factory.mktemp("demo-prometheus")
+    with (
+        running_demo(tmp, churn="5s") as (exporter, plugin),
+        prometheus_scraping(
+            tmp, exporter, plugin, node=NODE, cluster=CLUSTER, scrape_interval_s=SCRAPE_INTERVAL_S
+        ) as prom,
+    ):
+        time.sleep(WARM_UP_S)
+        yield prom
+
+
+@pytest.fixture(scope="session")
+def quiet_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """``podres demo`` without churn (its pods stay where they are, so that what Prometheus
+    answers can be compared with what the exporter serves): the exporter's and the device
+    plugin's ``HOST:PORT``."""
+    with running_demo(tmp_path_factory.mktemp("quiet-demo"), churn="0s") as targets:
+        yield targets
+
+
+@contextlib.contextmanager
+def running_demo(tmp: Path, *, churn: str) -> Iterator[tuple[str, str]]:
+    """``podres demo`` until the context ends: the exporter's and the plugin's ``HOST:PORT``."""
     if not shutil.which("prometheus"):
         pytest.fail("install the Debian package prometheus (make test does)")
-    tmp = tmp_path_factory.mktemp("demo-prometheus")
     port = free_port()
     demo_log = (tmp / "demo.log").open("w")
     demo = subprocess.Popen(
         [sys.executable, "-m", "podres_exporter", "demo",
-         f"--listen-address=127.0.0.1:{port}", "--log-format=json", "--churn-interval=5s"],
+         f"--listen-address=127.0.0.1:{port}", "--log-format=json", f"--churn-interval={churn}"],
         stdout=subprocess.PIPE,
         stderr=demo_log,
         text=True,
@@ -55,13 +81,7 @@ def demo_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodePr
             banner += line
         found = re.search(r"device plugin metrics: (http://\S+)/metrics", banner)
         assert found, banner
-        exporter = f"127.0.0.1:{port}"
-        plugin = found.group(1).removeprefix("http://")
-        with prometheus_scraping(
-            tmp, exporter, plugin, node=NODE, cluster=CLUSTER, scrape_interval_s=SCRAPE_INTERVAL_S
-        ) as prom:
-            time.sleep(WARM_UP_S)
-            yield prom
+        yield f"127.0.0.1:{port}", found.group(1).removeprefix("http://")
     finally:
         stop(demo)
         if demo.stdout is not None:

@@ -8,10 +8,14 @@ schema check against Grafana's published types.
   (and rows).
 - **scope**: every series selector of every panel query carries ``node=~"$node"`` (or
   ``node="$node"``) and ``cluster=~"$cluster"`` (or ``=``); variable queries carry the
-  matchers of the variables above them (``cluster`` none, ``node`` the cluster's).
+  matchers of the variables above them (``cluster`` none, ``node`` the cluster's). A selector
+  of the series that lack the label (``node=""``, the scrape-labels banner) is scoped too. The
+  label names are the boards' settings (``labels``: ``{"node": "host"}`` for boards
+  generated with ``node_label: host``).
 - **window**: a range-vector function (``rate``, ``irate``, ``increase``, ``changes``,
   ``*_over_time``...) reads ``[$__rate_interval]``, ``[$__range]`` or a literal window of at
-  least :data:`MIN_LITERAL_WINDOW_S` (four scrape intervals at a 15 s scrape interval).
+  least :data:`MIN_LITERAL_WINDOW_S` (four scrape intervals at a 15 s scrape interval), or
+  ``[$window]``, a board variable whose choices are all that long (a test checks them).
 - **double counting** (docs/metrics.md, "Telemetry joined to holders"): a GPU's device-level
   series (``podres_gpu_*``, :func:`is_device_metric`) exist once per device, with empty holder
   labels when several containers share it; ``podres_gpu_holder_*`` split the same device per
@@ -49,6 +53,8 @@ PANEL_TYPES = frozenset({"timeseries", "stat", "table", "state-timeline", "heatm
 # Production scrape interval assumed by literal windows (docs/dashboards.md): 4 x 15 s.
 MIN_LITERAL_WINDOW_S = 60
 GRAFANA_WINDOWS = frozenset({"$__rate_interval", "$__range", "${__rate_interval}", "${__range}"})
+# The boards' own window variable (custom, every choice at least MIN_LITERAL_WINDOW_S).
+WINDOW_VARIABLES = frozenset({"$window"})
 # Device-level GPU metrics that both a MIG-enabled GPU and its MIG instances report (checked
 # against the demo by test_mig_overlap_is_what_the_demo_serves).
 MIG_OVERLAP = frozenset({"podres_gpu_memory_used_bytes", "podres_gpu_memory_total_bytes"})
@@ -131,16 +137,16 @@ def split_variable_query(query: str) -> tuple[str, str, str]:
 # ---- the lint ------------------------------------------------------------------------------
 
 
-def _scoped(selector: Selector, label: str) -> bool:
+def _scoped(selector: Selector, variable: str, label: str) -> bool:
     matcher = selector.matcher(label)
     return matcher is not None and (
-        (matcher.op == "=~" and matcher.value == f"${label}")
-        or (matcher.op == "=" and matcher.value == f"${label}")
+        (matcher.op in ("=~", "=") and matcher.value == f"${variable}")
+        or (matcher.op == "=" and matcher.value == "")
     )
 
 
 def _window_ok(window: str) -> bool:
-    if window in GRAFANA_WINDOWS:
+    if window in GRAFANA_WINDOWS or window in WINDOW_VARIABLES:
         return True
     if ":" in window:
         return False  # subqueries: say what they mean with a recording rule instead
@@ -162,15 +168,21 @@ def _names(expr: Expr) -> set[str]:
     return {s.name for s in expr.selectors if s.name}
 
 
-def lint_expr(expr_text: str, scope: tuple[str, ...] = DEFAULT_SCOPE) -> list[str]:
-    """Problems of one query: scope matchers, windows, double counting."""
+def lint_expr(
+    expr_text: str,
+    scope: tuple[str, ...] = DEFAULT_SCOPE,
+    labels: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Problems of one query: scope matchers, windows, double counting. ``labels`` names the
+    label of each scope variable where it is not the variable's own name."""
     expr = parse(expr_text)
     problems = []
     for selector in expr.selectors:
-        for label in scope:
-            if not _scoped(selector, label):
+        for variable in scope:
+            label = (labels or {}).get(variable, variable)
+            if not _scoped(selector, variable, label):
                 what = selector.name or "{...}"
-                problems.append(f'{what}: no {label}=~"${label}" matcher')
+                problems.append(f'{what}: no {label}=~"${variable}" matcher')
     for call in expr.calls:
         for window in expr.ranges_of(call):
             if not _window_ok(window):
@@ -222,7 +234,7 @@ def _drops_mig_parents(expr: Expr, call: Call) -> bool:
     return False
 
 
-def lint(board: Mapping[str, Any]) -> list[str]:
+def lint(board: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> list[str]:
     """Every problem of a board, one line each, naming the panel or variable."""
     problems = []
     for panel in panels(board):
@@ -233,7 +245,10 @@ def lint(board: Mapping[str, Any]) -> list[str]:
         if not isinstance(unit, str) or not unit:
             problems.append(f"{where}: no unit (fieldConfig.defaults.unit)")
         for target in panel.get("targets", []):
-            problems += [f"{where} / {target.get('refId')}: {p}" for p in lint_expr(target["expr"])]
+            problems += [
+                f"{where} / {target.get('refId')}: {p}"
+                for p in lint_expr(target["expr"], labels=labels)
+            ]
     for variable in variables(board):
         if variable.get("type") != "query":
             continue
@@ -241,7 +256,7 @@ def lint(board: Mapping[str, Any]) -> list[str]:
         scope = VARIABLE_SCOPE.get(name, DEFAULT_SCOPE)
         _, selector, _ = split_variable_query(variable_query(variable))
         problems += [
-            f"{board.get('uid')} / variable {name}: {p}" for p in lint_expr(selector, scope)
+            f"{board.get('uid')} / variable {name}: {p}" for p in lint_expr(selector, scope, labels)
         ]
     return problems
 
@@ -264,6 +279,8 @@ def grafana_values(board: Mapping[str, Any], prom: NodePrometheus) -> dict[str, 
         name = variable["name"]
         if variable["type"] == "constant":
             values[name] = variable["query"]
+        elif variable["type"] == "custom":
+            values[name] = variable["current"]["value"]
         elif variable.get("includeAll") and name not in values:
             values[name] = variable["allValue"]
     return values

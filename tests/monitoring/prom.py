@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 
-from tests.support import free_port, http_get, wait_until
+from tests.support import Prometheus, free_port, http_get, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -68,36 +70,78 @@ def prometheus_scraping(
     tmp: Path, exporter: str, plugin: str, *, node: str, cluster: str, scrape_interval_s: int = 1
 ) -> Iterator[NodePrometheus]:
     """Run Prometheus on a free loopback port scraping ``exporter`` and ``plugin``
-    (``HOST:PORT``) until the context ends; both targets are up when it is entered."""
-    labels = f"{{node: {node}, cluster: {cluster}}}"
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        f"global:\n  scrape_interval: {scrape_interval_s}s\n"
-        f"  scrape_timeout: {scrape_interval_s}s\n"
-        "scrape_configs:\n"
-        f"  - job_name: podres-exporter\n    honor_labels: true\n    static_configs:\n"
-        f"      - targets: ['{exporter}']\n        labels: {labels}\n"
-        f"  - job_name: podres-device-plugin\n    honor_labels: true\n    static_configs:\n"
-        f"      - targets: ['{plugin}']\n        labels: {labels}\n"
-    )
+    (``HOST:PORT``) until the context ends; both targets are up when it is entered. The
+    recording rules of deploy/prometheus/ are loaded where that file exists."""
+    labels = {"node": node, "cluster": cluster}
+    jobs = [
+        {"job_name": name, "honor_labels": True,
+         "static_configs": [{"targets": [target], "labels": labels}]}
+        for name, target in (("podres-exporter", exporter), ("podres-device-plugin", plugin))
+    ]  # fmt: skip
+    with running_prometheus(tmp, jobs, up=2, scrape_interval_s=scrape_interval_s) as url:
+        yield NodePrometheus(
+            url, f"http://{exporter}", f"http://{plugin}", node, cluster, scrape_interval_s
+        )
+
+
+RECORDING_FILE = "podres-recording.yaml"
+
+
+def recording_rules(tmp: Path, interval_s: int) -> list[Path]:
+    """deploy/prometheus/podres-recording.yaml, where it exists, with every group evaluated
+    every ``interval_s`` seconds (the committed interval would leave a short test without a
+    first evaluation)."""
+    source = REPO / "deploy" / "prometheus" / RECORDING_FILE
+    if not source.exists():
+        return []
+    rules = yaml.safe_load(source.read_text(encoding="utf-8"))
+    for group in rules["groups"]:
+        group["interval"] = f"{interval_s}s"
+    out = tmp / RECORDING_FILE
+    out.write_text(yaml.safe_dump(rules), encoding="utf-8")
+    return [out]
+
+
+@contextlib.contextmanager
+def running_prometheus(
+    tmp: Path, scrape_configs: list[dict[str, Any]], *, up: int, scrape_interval_s: int = 1
+) -> Iterator[str]:
+    """Prometheus on a free loopback port with ``scrape_configs`` (and the recording rules,
+    :func:`recording_rules`) until the context ends; its URL, once ``up`` targets are up."""
+    config = {
+        "global": {"scrape_interval": f"{scrape_interval_s}s",
+                   "scrape_timeout": f"{scrape_interval_s}s"},
+        "rule_files": [str(p) for p in recording_rules(tmp, scrape_interval_s)],
+        "scrape_configs": scrape_configs,
+    }  # fmt: skip
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
     port = free_port()
     with (tmp / "prometheus.log").open("wb") as log:
         proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+            ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={tmp / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{port}"],
             stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
-            prom = NodePrometheus(
-                f"http://127.0.0.1:{port}", f"http://{exporter}", f"http://{plugin}",
-                node, cluster, scrape_interval_s,
-            )  # fmt: skip
-            wait_until(lambda: http_get(prom.url + "/-/ready")[0] == 200, timeout=30)
-            wait_until(lambda: len(prom.query("up == 1")) == 2, timeout=30)
-            yield prom
+            url = f"http://127.0.0.1:{port}"
+            prom = Prometheus(url)
+            wait_until(lambda: _ready(url, proc, tmp), timeout=30)
+            wait_until(lambda: len(prom.query("up == 1")) == up, timeout=30)
+            yield url
         finally:
             stop(proc)
+
+
+def _ready(url: str, proc: subprocess.Popen[bytes], tmp: Path) -> bool:
+    if proc.poll() is not None:
+        log = (tmp / "prometheus.log").read_text(errors="replace")[-2000:]
+        raise AssertionError(f"prometheus exited {proc.returncode}: {log}")
+    try:
+        return http_get(url + "/-/ready")[0] == 200
+    except OSError:
+        return False
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
@@ -114,9 +158,6 @@ def stop(proc: subprocess.Popen[Any]) -> None:
 
 def alert_exprs() -> dict[str, str]:
     return {rule["alert"]: rule["expr"] for rule in _rules()}
-
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 RULE_FILE = REPO / "deploy" / "prometheus" / "podres-alerts.yaml"

@@ -17,6 +17,8 @@ import pytest
 
 from tests.monitoring.dashboard_lint import (
     MIG_OVERLAP,
+    MIN_LITERAL_WINDOW_S,
+    duration_seconds,
     grafana_values,
     is_device_metric,
     lint,
@@ -46,6 +48,9 @@ EMPTY_ON_DEMO = {
     "podres-accelerators / XID errors / A": "the demo's NVML raises no XID events",
     "podres-accelerators / amdgpu busy / A": "the demo node has no AMD GPUs (DRM cards)",
     "podres-accelerators / amdgpu VRAM used / A": "the demo node has no AMD GPUs (DRM cards)",
+    "podres-gpus / Held interfaces without traffic / A":
+        "every interface the simulated host has up moves traffic (with the threshold raised, "
+        "test_idle_interfaces_are_the_held_ones lists them)",
 }  # fmt: skip
 # Variables every board has, and the multi-value "All" ones where they apply.
 COMMON_VARIABLES = ("datasource", "cluster", "node")
@@ -62,7 +67,8 @@ def _load(name: str) -> ModuleType:
 
 
 def _generator() -> ModuleType:
-    _load("grafana")  # tools/dashboards.py imports it as a sibling module
+    _load("grafana")  # tools/dashboards.py imports them as sibling modules
+    _load("mixin_config")
     return _load("dashboards")
 
 
@@ -126,7 +132,7 @@ def test_multi_cluster_boards_show_the_cluster_picker(generator: ModuleType) -> 
 
 def test_every_board_validates_against_grafanas_types(boards: dict[str, dict[str, Any]]) -> None:
     """Boards, panel options, field configs and queries fit @grafana/schema's types."""
-    assert len(boards) == 5
+    assert len(boards) == 6
     for uid, board in boards.items():
         assert schema_errors(board) == [], uid
 
@@ -198,7 +204,7 @@ def test_fleet_board_links_each_node_into_the_per_node_boards(
                         assert "var-node=${__value.raw}" in link["url"]
                         assert "${__url_time_range}" in link["url"]
                         linked.add(found.group(1))
-    assert linked == set(boards) - {"podres-fleet"}
+    assert linked == set(boards) - {"podres-fleet", "podres-gpus"}
 
 
 def test_panel_titles_are_unique_within_a_board(boards: dict[str, dict[str, Any]]) -> None:
@@ -277,6 +283,9 @@ GOOD = 'podres_gpu_utilization_ratio{node=~"$node", cluster=~"$cluster"}'
          '"uuid", "$1", "device_id", "(.+)::[0-9]+"))', "copied to each holder"),
         ('sum(podres_gpu_memory_used_bytes{node=~"$node", cluster=~"$cluster"})',
          "MIG-enabled GPUs"),
+        ('count(podres_build_info{node!="", cluster=~"$cluster"})', 'no node=~"$node"'),
+        ('avg_over_time(podres_gpu_utilization_ratio{node=~"$node", cluster=~"$cluster"}'
+         "[$interval])", "avg_over_time(...[$interval])"),
         ('sum by (namespace) (podres_gpu_memory_total_bytes{node=~"$node", '
          'cluster=~"$cluster", uuid=~"$gpu"})', "MIG-enabled GPUs"),
     ],
@@ -300,6 +309,8 @@ def test_lint_rejects_a_bad_query(expr: str, problem: str) -> None:
         'podres_gpu_info{node=~"$node", cluster=~"$cluster", mig_mode="enabled"})',
         f'sum by (namespace) ({GOOD} and on (uuid) (podres_gpu_shared{{node=~"$node", '
         'cluster=~"$cluster"} == 1))',
+        'count(podres_build_info{node="", cluster=~"$cluster"}) > bool 0 or vector(0)',
+        f"avg_over_time({GOOD}[$window]) < $threshold",
     ],
 )  # fmt: skip
 def test_lint_accepts_a_right_query(expr: str) -> None:
@@ -346,10 +357,14 @@ def test_every_metric_is_documented(boards: dict[str, dict[str, Any]]) -> None:
 
 
 def _documented() -> set[str]:
+    """Our metrics (docs/metrics.md, docs/plugin.md) and recording rules (docs/rules.md)."""
     names = set()
     for doc in ("metrics.md", "plugin.md"):
         rows = re.findall(r"^\| ([^|]*`podres_[^|]*)\|", (DOCS / doc).read_text(), re.M)
         names |= {name for cell in rows for name in re.findall(r"`(podres_\w+)`", cell)}
+    rules = DOCS / "rules.md"
+    if rules.exists():
+        names |= set(re.findall(r"^\| `(\w+:podres_\w+:\w+)` \|", rules.read_text(), re.M))
     return names
 
 
@@ -455,3 +470,70 @@ def test_a_shared_gpu_is_exported_once_and_split_per_holder(
             f'podres_gpu_holder_sm_utilization_ratio{{{scope}, uuid="{uuid}"}}'
         )
         assert len({h["metric"].get("pod", "") for h in holders}) > 1
+
+
+def test_window_choices_are_long_enough(boards: dict[str, dict[str, Any]]) -> None:
+    """Every choice of a `$window` variable is as long as the lint asks of a literal window."""
+    windows = [v for b in boards.values() for v in variables(b) if v["name"] == "window"]
+    assert windows
+    for window in windows:
+        for option in window["options"]:
+            seconds = duration_seconds(option["value"])
+            assert seconds is not None and seconds >= MIN_LITERAL_WINDOW_S, option
+
+
+def _panel_query(board: dict[str, Any], title: str, ref_id: str = "A") -> str:
+    [target] = [t for t in targets(board) if t.panel == title and t.ref_id == ref_id]
+    return target.expr
+
+
+def _ask(board: dict[str, Any], prom: NodePrometheus, expr: str, **values: str) -> list[Any]:
+    return prom.query(substitute(expr, {**grafana_values(board, prom), **values}))
+
+
+@pytest.mark.prometheus
+def test_the_gpu_table_has_one_row_per_gpu(
+    boards: dict[str, dict[str, Any]], demo_prometheus: NodePrometheus
+) -> None:
+    """Each query of the GPU table gives at most one series per UUID, and the table's rows
+    (the memory query: every GPU has memory) are every GPU and MIG instance the demo has."""
+    board = boards["podres-gpus"]
+    gpus = {r["metric"]["uuid"] for r in demo_prometheus.query("podres_gpu_info")}
+    for ref_id in "ABCD":
+        rows = _ask(board, demo_prometheus, _panel_query(board, "GPUs", ref_id))
+        uuids = [r["metric"]["uuid"] for r in rows]
+        assert len(uuids) == len(set(uuids)), ref_id
+        assert set(uuids) <= gpus and (ref_id == "A" or set(uuids) == gpus), ref_id
+    holders = _ask(board, demo_prometheus, _panel_query(board, "GPUs", "D"))
+    assert all(float(r["value"][1]) >= 0 for r in holders)
+
+
+@pytest.mark.prometheus
+def test_low_utilisation_lists_the_demos_idle_gpu_with_its_holder(
+    boards: dict[str, dict[str, Any]], demo_prometheus: NodePrometheus
+) -> None:
+    """Under the default threshold: the demo's held-but-idle GPU, with its holder; at 0 none."""
+    board = boards["podres-gpus"]
+    expr = _panel_query(board, "GPUs with low utilisation")
+    rows = _ask(board, demo_prometheus, expr)
+    assert rows and all(float(r["value"][1]) < 0.1 for r in rows)
+    assert any(r["metric"].get("namespace") == "ml-training" for r in rows)
+    assert _ask(board, demo_prometheus, expr, threshold="0") == []
+
+
+@pytest.mark.prometheus
+def test_idle_interfaces_are_the_held_ones(
+    boards: dict[str, dict[str, Any]], demo_prometheus: NodePrometheus
+) -> None:
+    """With the threshold raised above any traffic, the idle-interface panel lists exactly
+    the interfaces containers hold, each with its holder."""
+    board = boards["podres-gpus"]
+    expr = _panel_query(board, "Held interfaces without traffic")
+    rows = _ask(board, demo_prometheus, expr, idle_rate="1e15")
+    held = demo_prometheus.query(f'podres_net_up{{node="{demo_prometheus.node}", namespace!=""}}')
+    assert held
+    assert sorted(
+        (r["metric"]["address"], r["metric"]["namespace"], r["metric"]["pod"]) for r in rows
+    ) == sorted(
+        (r["metric"]["address"], r["metric"]["namespace"], r["metric"]["pod"]) for r in held
+    )

@@ -2,6 +2,12 @@
 
 ``/api/v1/query`` for each metric top needs, all at one evaluation time; the busy
 counter as ``rate()``. Every node Prometheus scrapes, or the one ``--node`` names.
+
+The node of a series is its ``node`` label where the scrape adds one (our ServiceMonitor, a
+pod job that keeps the pod's node name); else the node the exporter names itself on
+``podres_node_info{node}``, joined on the target (``job``, ``instance``), as the recording
+rules join; else its ``instance``. A scrape with ``honor_labels`` false renames the holders'
+``namespace`` and ``pod`` labels to ``exported_*``: refused, with what to change.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from podres_exporter.top.rows import (
 
 # scrapes fit in it at scrape intervals up to a minute.
 RATE_WINDOW = "2m"
+# The exporter's own name for its node (one series per target).
+NODE_INFO = "podres_node_info"
+RENAMED = "exported_namespace"
 
 
 def vector(data: dict[str, Any]) -> list[tuple[dict[str, str], float]]:
@@ -48,6 +57,37 @@ def vector(data: dict[str, Any]) -> list[tuple[dict[str, str], float]]:
         labels = {k: v for k, v in metric.items() if k != "__name__"}
         out.append((labels, float(value)))
     return out
+
+
+def _node_names(
+    info: list[tuple[dict[str, str], float]],
+) -> dict[tuple[str, str], str]:
+    """Each target's (``job``, ``instance``) node from ``podres_node_info``; targets that
+    name the same node (two exporters on one host, one exporter in two jobs) are left out,
+    and keep their instances apart."""
+    by_target = {
+        (labels.get("job", ""), labels.get("instance", "")): labels.get("node", "")
+        for labels, _ in info
+    }
+    counts: dict[str, int] = {}
+    for node in by_target.values():
+        counts[node] = counts.get(node, 0) + 1
+    return {target: node for target, node in by_target.items() if node and counts[node] == 1}
+
+
+def _with_node(labels: dict[str, str], names: dict[tuple[str, str], str]) -> dict[str, str]:
+    """``labels`` with the node its target names itself, where the scrape added none."""
+    if RENAMED in labels:
+        raise fetch_error(
+            f"--prometheus: the series carry {RENAMED}: the scrape job renamed the "
+            "exporter's namespace and pod labels (honor_labels: false), so the holders cannot "
+            "be told; set honor_labels: true on the job (docs/deploy.md)",
+            exit_code=2,
+        )
+    if labels.get("node"):
+        return labels
+    named = names.get((labels.get("job", ""), labels.get("instance", "")))
+    return {**labels, "node": named} if named else labels
 
 
 class PrometheusSource:
@@ -107,13 +147,18 @@ class PrometheusSource:
         at = self._clock()
         queries = {name: name for name in METRICS if name not in (BUSY_COUNTER, CPU_SOURCE_STAMP)}
         queries[BUSY_RATIO] = f"rate({BUSY_COUNTER}[{RATE_WINDOW}])"
+        queries[NODE_INFO] = NODE_INFO
         results = dict(
             zip(queries, self._pool.map(partial(self._query, at=at), queries.values()), strict=True)
         )
+        names = _node_names(results.pop(NODE_INFO))
         samples: list[Sample] = []
         seen: set[str] = set()
+        unnamed = False
         for name, result in results.items():
-            for labels, value in result:
+            for scraped, value in result:
+                labels = _with_node(scraped, names)
+                unnamed = unnamed or not labels.get("node")
                 seen.add(labels.get("node") or labels.get("instance", ""))
                 if self._wanted(labels) and math.isfinite(value):  # NaN, ±Inf: no figure
                     samples.append(Sample(name, labels, value))
@@ -124,9 +169,16 @@ class PrometheusSource:
                 exit_code=1,
             )
         if not samples:
+            why = (
+                "series have no node label and no podres_node_info names their node: add a "
+                "target label node with the node's name to the scrape (docs/deploy.md), or run "
+                "an exporter that serves podres_node_info; "
+                if unnamed
+                else ""
+            )
             raise fetch_error(
                 f"--node {self.node!r}: no such node in Prometheus at {self.base} "
-                f"(nodes: {', '.join(sorted(seen))})",
+                f"({why}nodes: {', '.join(sorted(seen))})",
                 exit_code=2,
             )
         return Reading(tuple(samples), at, self.origin)
