@@ -153,6 +153,17 @@ def test_the_printed_snapshot_command_agrees_with_metrics(demo: Demo, tmp_path: 
     )
 
 
+def test_the_demo_names_its_node_as_the_simulated_one(demo: Demo) -> None:
+    """The exporter and the plugin of the demo call their node by the simulated node's name
+    (the banner's), not the machine's host name."""
+    name = re.search(r"simulated node '([^']+)'", demo.lines[0])
+    assert name is not None, demo.lines[0]
+    exported = select(_scrape(demo.metrics_url), "podres_node_info")
+    assert [dict(k)["node"] for k in exported] == [name.group(1)]
+    plugin = select(_scrape(demo.plugin_url), "podres_plugin_node_info")
+    assert [dict(k)["node"] for k in plugin] == [name.group(1)]
+
+
 def test_the_printed_command_names_the_podres_being_run(demo: Demo) -> None:
     """The snapshot line starts with the full path of the podres that runs the demo."""
     command = demo.snapshot.split(" ", 1)[1]  # after PYTHONPATH=...

@@ -21,6 +21,11 @@ pytestmark = pytest.mark.prometheus
 # Selectors that select nothing on the demo, each with the reason; asserted exact, so that a
 # selector that stops matching (a renamed metric, a mistyped label value) fails, and an entry
 # that the demo comes to serve has to be removed.
+_EXPORTER = 'job=~"podres-exporter|podres-system/podres-exporter"'
+_VF_LINK = (
+    "the demo's held PCI functions are SR-IOV VFs, which report no link of their own (sysfs "
+    "reads Unknown and 0, as a real VF's does)"
+)
 NOT_ON_THE_DEMO = {
     'podres_kubelet_requests_total{code="RESOURCE_EXHAUSTED"}': (
         "the simulated kubelet's rate limit is far above what one exporter polling every 10 s "
@@ -31,6 +36,28 @@ NOT_ON_THE_DEMO = {
     ),
     'podres_node_device_info{state="allocated_unhealthy"}': (
         "the demo's one unhealthy device (an SR-IOV VF) is held by no pod"
+    ),
+    **{
+        f'podres_pci_{name}{{{_EXPORTER},pod!=""}}': _VF_LINK
+        for name in (
+            "link_speed_transfers_per_second",
+            "link_width_lanes",
+            "max_link_speed_transfers_per_second",
+            "max_link_width_lanes",
+        )
+    },
+    f'podres_pci_aer_errors_total{{{_EXPORTER},severity="fatal",pod!=""}}': (
+        "the demo's held PCI functions are VFs, which it gives no AER counters"
+    ),
+    f'podres_pci_info{{{_EXPORTER},pci_class=~"0x03.*"}}': (
+        "the demo's GPUs are NVIDIA's, read through NVML, not display functions of the pci "
+        "collector"
+    ),
+    f'podres_drm_busy_ratio{{{_EXPORTER},pod!=""}}': (
+        "the demo has no AMD or Intel GPU (DRM card) for a pod to hold"
+    ),
+    f'podres_infiniband_port_active{{{_EXPORTER},pod!=""}}': (
+        "the demo's pods hold no InfiniBand port"
     ),
 }
 # Alerts whose expression must be empty on the healthy demo: its targets are up, its kubelet
@@ -46,6 +73,12 @@ QUIET_ON_THE_DEMO = {
     "PodresGPURowRemappingFailed",
     "PodresGPURowRemappingPending",
     "PodresGPUNotAnswering",
+    "PodresPCIeLinkDegraded",
+    "PodresPCIeFatalAER",
+    "PodresNICNoCarrier",
+    "PodresInfiniBandPortNotActive",
+    "PodresGPUThrottled",
+    "PodresHugepagesExhausted",
 }
 # absent() keeps no label of what it looks for: the one alert that cannot name a node.
 WITHOUT_NODE = {"PodresExporterAbsent"}

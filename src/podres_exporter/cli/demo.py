@@ -138,7 +138,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise ConfigError(f"--scenario: {err}") from err
 
 
-def _start_plugin(sim: SimKubelet, host: SimHost, tmp: Path) -> DevicePlugin | None:
+def _start_plugin(sim: SimKubelet, host: SimHost, tmp: Path, node: str) -> DevicePlugin | None:
     """The real device plugin for the scenario's plugin resources, on the sim's kubelet."""
     if sim.device_manager is None:
         return None
@@ -149,6 +149,7 @@ def _start_plugin(sim: SimKubelet, host: SimHost, tmp: Path) -> DevicePlugin | N
         device_plugin_dir=str(sim.device_manager.directory),
         listen_address=("127.0.0.1", 0),
         path_sysfs=str(host.sysfs),
+        node_name=node,
     )
     plugin = build_plugin(settings, load_plugin_config(settings))
     plugin.start()
@@ -183,10 +184,11 @@ def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
             path_procfs=str(host.procfs),
             path_pod_logs=str(host.pod_logs),
             path_container_logs=str(host.container_logs),
+            node_name=sc.name,  # the simulated node's, as a kubelet's would be its node's
         )
         exporter = Exporter(node_settings, gpu_backend=host.gpu_backend())
         exporter.start()
-        plugin = _start_plugin(sim, host, Path(tmp))
+        plugin = _start_plugin(sim, host, Path(tmp), sc.name)
         nvml_dir = _write_fake_pynvml(Path(tmp) / "nvml", scenario)
         lines = [
             f"podres demo: simulated node {sc.name!r} ({sc.pod_count} pods, "
