@@ -14,8 +14,9 @@ tools/mixin_config.py. Written, with the defaults (or the settings of ``--config
 - deploy/helm/podres-exporter/files/: the Helm chart's copies of the two plain files.
 
 ``--out DIR`` writes the two rule files to DIR and the component to DIR/prometheus-rules/
-instead (and no chart copies). ``--check`` writes nothing and exits 1 when the files differ from what would be
-written; tests/rules runs it, so the committed files cannot drift from the templates.
+instead (and no chart copies). ``--check`` writes nothing and exits 1 when the files differ
+from what would be written; tests/rules runs it, so the committed files cannot drift from the
+templates.
 
 Placeholders (``string.Template``; ``$$`` is a dollar sign, ``$labels`` and ``$value`` are
 Prometheus's own and left alone):
