@@ -52,7 +52,7 @@ def test_hung_kubelet_then_refusing_one(kubelet: MakeKubelet, daemons: Starter) 
     """A kubelet that accepts calls and never answers: every poll times out, the last
     reading stays served with kubelet_up 0, and 20 timeouts log one event naming
     DEADLINE_EXCEEDED; when the kubelet then refuses (UNAVAILABLE) one new event names
-    that; it comes back: one recovery."""
+    that, whatever the number of refusals; it comes back: one recovery."""
     sim = kubelet("minimal")
     exporter = start_exporter(daemons, sim, kubelet_timeout="100ms", kubelet_backoff_max="100ms")
     _, pods = served(exporter)
@@ -70,8 +70,12 @@ def test_hung_kubelet_then_refusing_one(kubelet: MakeKubelet, daemons: Starter) 
     assert "UNAVAILABLE" in refused[0]["error"]
     more = failed_calls(exporter, "UNAVAILABLE") + 10
     wait_until(lambda: failed_calls(exporter, "UNAVAILABLE") >= more, timeout=20)
-    assert len(exporter.events(FAILED, code="UNAVAILABLE")) == 1
-    assert len(exporter.events(FAILED)) <= 3
+    unavailable = exporter.events(FAILED, code="UNAVAILABLE")
+    # One event for the refusals, however many; before it, one more where a call was in
+    # flight when the kubelet stopped (gRPC ends it "Cancelling all calls": another cause).
+    assert len([e for e in unavailable if "Connection refused" in e["error"]]) == 1, unavailable
+    assert len(unavailable) <= 2, unavailable
+    assert len(exporter.events(FAILED)) <= 4
 
     sim.start()
     wait_until(lambda: recovered(exporter, pods), timeout=10)
