@@ -111,6 +111,8 @@ def test_reload_logs_whether_the_resource_file_changed(running: Running, tmp_pat
         plugin.reload_config()
         path.write_bytes('[[resource]]\nname = "intel.com/v\xe9"\n'.encode("latin-1"))
         plugin.reload_config()
+    # The plugin's own threads may log meanwhile (a health check under a loaded machine).
+    logs = [e for e in logs if e["event"].startswith("plugin_config_")]
     assert [e["event"] for e in logs] == [
         "plugin_config_unchanged",
         "plugin_config_changed",
