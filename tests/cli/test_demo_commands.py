@@ -158,7 +158,8 @@ def test_the_demo_names_its_node_as_the_simulated_one(demo: Demo) -> None:
     (the banner's), not the machine's host name."""
     name = re.search(r"simulated node '([^']+)'", demo.lines[0])
     assert name is not None, demo.lines[0]
-    exported = select(_scrape(demo.metrics_url), "podres_node_info")
+    # Served from the exporter's first reading on.
+    exported = wait_until(lambda: select(_scrape(demo.metrics_url), "podres_node_info"), timeout=30)
     assert [dict(k)["node"] for k in exported] == [name.group(1)]
     plugin = select(_scrape(demo.plugin_url), "podres_plugin_node_info")
     assert [dict(k)["node"] for k in plugin] == [name.group(1)]

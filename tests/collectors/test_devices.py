@@ -21,13 +21,13 @@ podres_node_allocatable_devices{numa_node="0",resource="nvidia.com/gpu"} 1.0
 podres_node_allocatable_devices{numa_node="1",resource="nvidia.com/gpu"} 1.0
 # HELP podres_node_device_info One series per device id the kubelet reports: free (allocatable, held by nobody), allocated, or allocated_unhealthy (held, no longer allocatable); with the GPU identity of a GPU or MIG device.
 # TYPE podres_node_device_info gauge
-podres_node_device_info{compute_instance="",device_id="GPU-a1",gpu="",gpu_instance="",numa_node="0",resource="nvidia.com/gpu",state="allocated",uuid=""} 1.0
-podres_node_device_info{compute_instance="",device_id="GPU-b2",gpu="",gpu_instance="",numa_node="1",resource="nvidia.com/gpu",state="free",uuid=""} 1.0
-podres_node_device_info{compute_instance="",device_id="GPU-c3",gpu="",gpu_instance="",numa_node="1",resource="nvidia.com/gpu",state="allocated_unhealthy",uuid=""} 1.0
+podres_node_device_info{device_id="GPU-a1",numa_node="0",resource="nvidia.com/gpu",state="allocated"} 1.0
+podres_node_device_info{device_id="GPU-b2",numa_node="1",resource="nvidia.com/gpu",state="free"} 1.0
+podres_node_device_info{device_id="GPU-c3",numa_node="1",resource="nvidia.com/gpu",state="allocated_unhealthy"} 1.0
 # HELP podres_container_device_info One series per device held by a container, with the GPU identity of a GPU or MIG device.
 # TYPE podres_container_device_info gauge
-podres_container_device_info{compute_instance="",container="main",device_id="GPU-a1",gpu="",gpu_instance="",namespace="ml",numa_node="0",pod="train",resource="nvidia.com/gpu",uuid=""} 1.0
-podres_container_device_info{compute_instance="",container="app",device_id="GPU-c3",gpu="",gpu_instance="",namespace="web",numa_node="1",pod="serve",resource="nvidia.com/gpu",uuid=""} 1.0
+podres_container_device_info{container="main",device_id="GPU-a1",namespace="ml",numa_node="0",pod="train",resource="nvidia.com/gpu"} 1.0
+podres_container_device_info{container="app",device_id="GPU-c3",namespace="web",numa_node="1",pod="serve",resource="nvidia.com/gpu"} 1.0
 """
 
 
@@ -40,18 +40,20 @@ def test_gpu_ids_carry_the_gpu_identity_on_both_info_families() -> None:
     """Once resolved, a GPU id carries uuid and gpu index: one selector finds its holders."""
     view = node_view(READING, joined=Joined(resolutions=RESOLUTIONS))
     text = exposition(devices.COLLECTOR, view)
-    a1 = 'gpu="0",gpu_instance="",namespace="ml",numa_node="0",pod="train"'
+    a1 = 'gpu="0",namespace="ml",numa_node="0",pod="train"'
     assert (
-        'podres_container_device_info{compute_instance="",container="main",device_id="GPU-a1",'
+        'podres_container_device_info{container="main",device_id="GPU-a1",'
         f'{a1},resource="nvidia.com/gpu",uuid="GPU-a1"}} 1.0'
     ) in text
     assert (
-        'podres_node_device_info{compute_instance="",device_id="GPU-a1",gpu="0",'
-        'gpu_instance="",numa_node="0",resource="nvidia.com/gpu",state="allocated",'
+        'podres_node_device_info{device_id="GPU-a1",gpu="0",'
+        'numa_node="0",resource="nvidia.com/gpu",state="allocated",'
         'uuid="GPU-a1"} 1.0'
     ) in text
     # unmatched, the id alone says its UUID; an id no resolution names has none
-    assert 'device_id="GPU-c3",gpu="",gpu_instance="",numa_node="1"' in text
+    assert 'device_id="GPU-c3",numa_node="1"' in text
     assert 'state="allocated_unhealthy",uuid="GPU-c3"' in text
-    assert 'state="free",uuid=""' in text
+    # an empty identity label is left out, as Prometheus reads it
+    assert 'device_id="GPU-b2",numa_node="1",resource="nvidia.com/gpu",state="free"} 1.0' in text
+    assert '=""' not in text
     assert "device=" not in text and "physical_id" not in text

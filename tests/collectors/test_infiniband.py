@@ -10,7 +10,7 @@ EXPECTED = """\
 # HELP podres_infiniband_port_info One series per port: PCI address, state and rate.
 # TYPE podres_infiniband_port_info gauge
 podres_infiniband_port_info{address="0000:3b:00.0",hca="mlx5_0",port="1",port_state="ACTIVE",rate="200 Gb/sec (4X HDR)"} 1.0
-podres_infiniband_port_info{address="",hca="mlx5_1",port="1",port_state="DOWN",rate=""} 1.0
+podres_infiniband_port_info{hca="mlx5_1",port="1",port_state="DOWN",rate=""} 1.0
 # HELP podres_infiniband_port_active 1 when the port state is ACTIVE.
 # TYPE podres_infiniband_port_active gauge
 podres_infiniband_port_active{container="main",hca="mlx5_0",namespace="ml",pod="train",port="1"} 1.0

@@ -61,7 +61,7 @@ def gpus(ours: Samples) -> list[Gpu]:
         found = dict(labels)
         out.append(
             Gpu(found["uuid"], found["gpu"], found["model"], found["pci_bus_id"],
-                found["numa_node"], found["parent_uuid"], found["gpu_instance"])
+                found["numa_node"], found.get("parent_uuid", ""), found.get("gpu_instance", ""))
         )  # fmt: skip
     return out
 

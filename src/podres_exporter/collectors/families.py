@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from podres_exporter.core.identity import LABELS as IDENTITY_LABELS
 from podres_exporter.core.model import Holder
 
 HOLDER_LABELS = ("namespace", "pod", "container")
@@ -35,6 +36,11 @@ def numa_value(node: int | None) -> str:
     """The ``numa_node`` label value of a device: its node, or ``none`` without affinity."""
     return "none" if node is None else str(node)
 
+
+# Labels that most series of a family leave empty (a GPU's identity on a family of every
+# device id, a PCI address on a GPU's): left out of a series where empty, which Prometheus
+# reads the same (an empty label is no label) and which keeps a large node's body small.
+SPARSE_LABELS = frozenset(IDENTITY_LABELS)
 
 # A Sample's fields after name, labels and value (timestamp, exemplar ...), at their defaults.
 _SAMPLE_TAIL = tuple(Sample._field_defaults.values())
@@ -57,6 +63,10 @@ class RowFamily(Metric):
             name = name[: -len("_total")]
         super().__init__(name, documentation, typ)
         self.labels: tuple[str, ...] = tuple(labels)
+        # The positions of its labels left out of a series where empty.
+        self.sparse: tuple[int, ...] = tuple(
+            i for i, label in enumerate(self.labels) if label in SPARSE_LABELS
+        )
         self.sample_name = name + _SUFFIX[typ]
         self.rows: list[tuple[tuple[str, ...], float]] = []
 
@@ -65,6 +75,13 @@ class RowFamily(Metric):
         # ``Sample._make`` with the defaults spelt out: half the cost of ``Sample(...)``,
         # which counts (``podres top`` reads 150,000 samples of a large node this way).
         name, labels, make = self.sample_name, self.labels, Sample._make
+        if self.sparse:
+            sparse = set(self.sparse)
+            return [
+                make((name, {k: s for i, (k, s) in enumerate(zip(labels, v, strict=True))
+                             if s or i not in sparse}, x, *_SAMPLE_TAIL))
+                for v, x in self.rows
+            ]  # fmt: skip
         return [
             make((name, dict(zip(labels, v, strict=True)), x, *_SAMPLE_TAIL)) for v, x in self.rows
         ]

@@ -154,17 +154,21 @@ def _row_lines(metric: RowFamily, openmetrics: bool, memo: _Pass) -> dict[str | 
     known = memo.last.get(key, {})
     kept = memo.prefixes[key] = {}
     numbers = memo.numbers
-    template: str | None = None
-    quotes = 0
+    # A template per set of empty sparse labels (left out): () is the full one.
+    shapes: dict[tuple[int, ...], tuple[str, int]] = {}
+    sparse = metric.sparse
     lines: list[str] = []
     for values, value in metric.rows:
         prefix = known.get(values)
         if prefix is None:
-            if template is None:
-                template, quotes, _ = _shape(
-                    metric, metric.sample_name, metric.labels, openmetrics, {}
-                )
-            prefix = _filled(template, quotes, values, "")
+            empty = tuple(i for i in sparse if not values[i])
+            shape = shapes.get(empty)
+            if shape is None:
+                keys = tuple(k for i, k in enumerate(metric.labels) if i not in empty)
+                template, quotes, _ = _shape(metric, metric.sample_name, keys, openmetrics, {})
+                shape = shapes[empty] = (template, quotes)
+            shown = [v for i, v in enumerate(values) if i not in empty] if empty else values
+            prefix = _filled(shape[0], shape[1], shown, "")
         kept[values] = prefix
         lines.append(prefix + _number(value, numbers))
     return {None: lines}
