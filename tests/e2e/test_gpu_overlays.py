@@ -72,15 +72,20 @@ def environment(pid: int) -> set[str]:
 
 
 def log_events(cluster: Cluster, pod: dict[str, Any], event: str) -> list[dict[str, Any]]:
-    """The JSON log events named ``event`` that the pod's container wrote."""
-    name = pod["metadata"]["name"]
-    lines = cluster.kubectl("logs", "-n", NAMESPACE, name).stdout.splitlines()
+    """The JSON log events named ``event`` in the pod's container log, as the kubelet wrote
+    it on the node (``kubectl logs`` would need the node's name to resolve)."""
+    meta = pod["metadata"]
+    container = pod["spec"]["containers"][0]["name"]
+    directory = cluster.pod_logs / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
     found = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict) and record.get("event") == event:
-                found.append(record)
+    for log in sorted((directory / container).glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            # The CRI log format: time, stream, P(artial) or F(ull), then the line itself.
+            fields = line.split(" ", 3)
+            with contextlib.suppress(ValueError, IndexError):
+                record = json.loads(fields[3])
+                if isinstance(record, dict) and record.get("event") == event:
+                    found.append(record)
     return found
 
 
