@@ -50,8 +50,8 @@ GPU_PLUGIN_OVERLAY = REPO / "tests" / "e2e" / "overlay-gpu-plugin"
 GPU = "nvidia.com/gpu"
 GPU_LABEL = "nvidia.com/gpu.present"
 RUNTIME_CLASS = "nvidia"
-EXPORTER = "app.kubernetes.io/component=exporter"
-PLUGIN = "app.kubernetes.io/component=device-plugin"
+EXPORTER = "exporter"
+PLUGIN = "device-plugin"
 # What pynvml raises where no libnvidia-ml.so is in the container (no driver, no toolkit).
 NO_DRIVER = "NVML Shared Library Not Found"
 
@@ -60,7 +60,7 @@ def ready(cluster: Cluster, component: str) -> dict[str, Any]:
     """The one pod of ``component`` once it is Ready (the kubelet's own probes)."""
     (pod,) = wait_for(
         f"the {component} to be Ready",
-        partial(pods_ready, cluster, NAMESPACE, component),
+        partial(pods_ready, cluster, NAMESPACE, f"app.kubernetes.io/component={component}"),
         timeout=120,
         interval=0.5,
     )
