@@ -31,6 +31,9 @@ from tests.support import free_port
 KUBE_COMPONENTS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 NODE_NAME = "podres-e2e"
 PAUSE_IMAGE = "localhost/podres-e2e/pause:1"
+# The containerd runtime handler that the GPU overlays' RuntimeClass `nvidia` names
+# (runc here: see _start_containerd).
+NVIDIA_RUNTIME_HANDLER = "nvidia"
 # The host paths a node agent's manifests mount; inside the cluster's mount namespace each
 # is a bind mount of a directory under the work directory.
 PRIVATE_HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd")
@@ -279,6 +282,15 @@ state = "{self.containerd_dir / "state"}"
     [{cri}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [{cri}.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+    # A second handler named `nvidia`, on plain runc, for pods of the RuntimeClass `nvidia`
+    # that the GPU overlays ask for. It stands in for the handler the NVIDIA GPU Operator's
+    # container toolkit registers (nvidia-container-runtime, which adds the driver's
+    # libraries and the GPUs' device nodes): here there is no GPU, so runc alone is right.
+    # The default runtime stays runc; pods that name no RuntimeClass are unchanged.
+    [{cri}.containerd.runtimes.{NVIDIA_RUNTIME_HANDLER}]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.{NVIDIA_RUNTIME_HANDLER}.options]
         SystemdCgroup = false
   [{cri}.cni]
     bin_dir = "/usr/lib/cni"
