@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 
 # name -> the kustomization's directory (relative to the checkout): every overlay, and the
-# end-to-end tier's two installs (the image rewritten to a local one).
+# end-to-end tier's kustomize installs (the image rewritten to a local one).
 KUSTOMIZATIONS: dict[str, str] = {
     "base": "deploy/base",
     "prometheus-operator": "deploy/overlays/prometheus-operator",
@@ -31,6 +31,8 @@ KUSTOMIZATIONS: dict[str, str] = {
     "gpu-with-podres-plugin": "deploy/overlays/gpu-with-podres-plugin",
     "e2e": "tests/e2e/overlay",
     "e2e-plugin": "tests/e2e/overlay-plugin",
+    "e2e-gpu": "tests/e2e/overlay-gpu",
+    "e2e-gpu-plugin": "tests/e2e/overlay-gpu-plugin",
 }
 # name -> (the kustomization it builds on, the components added in this order): the
 # combinations docs/deploy.md names, written as a kustomization for the test, so that each
@@ -56,7 +58,7 @@ ALL_RENDERINGS = (*KUSTOMIZATIONS, *SYNTHETIC)
 
 # The renderings that hold the device plugin; every other one must hold no trace of it.
 WITH_PLUGIN = frozenset(
-    {"device-plugin", "gpu-with-podres-plugin", "e2e-plugin"}
+    {"device-plugin", "gpu-with-podres-plugin", "e2e-plugin", "e2e-gpu-plugin"}
     | {name for name in SYNTHETIC if name.startswith("device-plugin+")}
 )
 

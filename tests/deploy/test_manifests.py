@@ -28,7 +28,7 @@ MONITORING_GROUP = "monitoring.coreos.com"
 
 IMAGE = "ghcr.io/podres-exporter/podres-exporter"
 # The end-to-end tier's installs run the image built from the checkout.
-E2E = frozenset({"e2e", "e2e-plugin"})
+E2E = frozenset({"e2e", "e2e-plugin", "e2e-gpu", "e2e-gpu-plugin"})
 E2E_IMAGE = "localhost/podres-exporter:e2e"
 NAMESPACE = "podres-system"
 APP_NAME = "podres-exporter"
@@ -302,6 +302,8 @@ MONITORING = ["ServiceMonitor", "PrometheusRule", "PrometheusRule"]  # alerts, r
         ("gpu-with-podres-plugin", MONITORING),
         ("e2e", MONITORING),
         ("e2e-plugin", MONITORING),
+        ("e2e-gpu", MONITORING),
+        ("e2e-gpu-plugin", MONITORING),
         ("base+pod-monitor", ["PodMonitor"]),
         ("base+network-policy", ["NetworkPolicy"]),
         ("base+web-config", []),
