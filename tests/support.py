@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -293,3 +295,18 @@ def hangup_ignored(pid: int) -> bool:
         if line.startswith("SigIgn:"):
             return bool(int(line.split()[1], 16) & 1)
     return False
+
+
+@contextlib.contextmanager
+def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A real threaded HTTP server on the loopback with ``handler``: its port; shut down and
+    joined on leaving."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

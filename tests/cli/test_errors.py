@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 from podres_exporter.cli import main
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.exporter.settings import build
-from tests.support import run_in_group
+from tests.support import http_server, run_in_group
 
 PODRES = [sys.executable, "-m", "podres_exporter"]
 
@@ -62,15 +61,8 @@ class _NotFound(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def not_found_url() -> Iterator[str]:
     """A real HTTP server on the loopback that answers 404 to every path."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with http_server(_NotFound) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_top_exporter_url_whose_path_is_not_there_exits_2(not_found_url: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.monitoring.prom import running_prometheus
-from tests.support import Prometheus, Samples, scrape, select
+from tests.support import Prometheus, Samples, http_server, scrape, select
 
 pytestmark = pytest.mark.prometheus
 
@@ -151,15 +150,8 @@ def serving(text: str) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with http_server(Handler) as port:
+        yield f"127.0.0.1:{port}"
 
 
 @dataclass(frozen=True)
