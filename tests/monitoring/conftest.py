@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.monitoring.prom import NodePrometheus, prometheus_scraping, stop
-from tests.support import free_port
+from tests.support import free_port, http_get, wait_until
 
 SCRAPE_INTERVAL_S = 1
 NODE = "demo"
@@ -81,6 +81,8 @@ def running_demo(tmp: Path, *, churn: str) -> Iterator[tuple[str, str]]:
             banner += line
         found = re.search(r"device plugin metrics: (http://\S+)/metrics", banner)
         assert found, banner
+        # Ready once the exporter has its first reading: every family it serves is there.
+        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/readyz")[0] == 200, timeout=30)
         yield f"127.0.0.1:{port}", found.group(1).removeprefix("http://")
     finally:
         stop(demo)
