@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Protocol
 
 
 class Route(StrEnum):
@@ -88,3 +89,19 @@ class PodDirectory:
     synced: bool = True
     stale: bool = False
     taken_at: float = 0.0
+
+
+class PodDirectorySource(Protocol):
+    """A route's reader, run in the background by the exporter.
+
+    ``start`` begins reading (a thread of its own; it returns at once), ``stop`` ends it
+    and waits for it, ``current`` is the latest answer: None while the route is not
+    available on this node (the socket absent, the gate off, not configured), else the
+    last good :class:`PodDirectory` (``stale`` once the route has failed since).
+    """
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def current(self) -> PodDirectory | None: ...
