@@ -177,6 +177,7 @@ class SimPodsApi:
         self._ready_at = 0.0
         self._rate_limited = 0
         self._events_sent = 0
+        self._calls: dict[str, int] = {"WatchPods": 0, "ListPods": 0, "GetPod": 0}
         self._server: grpc.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._poller: threading.Thread | None = None
@@ -204,6 +205,12 @@ class SimPodsApi:
         """How many WatchPods streams are open."""
         with self._lock:
             return len(self._watchers)
+
+    @property
+    def request_count(self) -> dict[str, int]:
+        """Calls received per method (``WatchPods``, ``ListPods``, ``GetPod``)."""
+        with self._lock:
+            return dict(self._calls)
 
     @property
     def rate_limited_count(self) -> int:
@@ -299,7 +306,12 @@ class SimPodsApi:
                 self._rate_limited += 1
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED)
 
+    def _count(self, method: str) -> None:
+        with self._lock:
+            self._calls[method] += 1
+
     def _list(self, _request: Any, context: grpc.ServicerContext) -> Any:
+        self._count("ListPods")
         self._check_rate(context)
         self._check_ready(context)
         self.refresh()
@@ -308,6 +320,7 @@ class SimPodsApi:
         return pods_pb2.ListPodsResponse(pods=data)
 
     def _get(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._count("GetPod")
         self._check_rate(context)
         self._check_ready(context)
         self.refresh()
@@ -318,6 +331,7 @@ class SimPodsApi:
         return pods_pb2.GetPodResponse(pod=entry.data)
 
     def _watch(self, _request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self._count("WatchPods")
         self._check_ready(context)
         self.refresh()
         watcher = _Watcher()
