@@ -74,11 +74,13 @@ _WAKE_S = 0.05  # how often a waiting watch looks whether its client or server w
 
 def pods_api_socket_for(pod_resources_socket: Path) -> Path:
     """Where a kubelet whose pod-resources socket is ``pod_resources_socket`` serves the
-    Pods API: ``<root>/pods-api/pods-api.sock`` beside ``<root>/pod-resources/``; a
-    socket in a directory of another name gets ``pods-api/`` beside it."""
+    Pods API: ``<root>/pods-api/pods-api.sock`` beside ``<root>/pod-resources/``. A
+    socket in a directory of another name (several simulators side by side) gets a
+    directory of its own beside it: ``<socket stem>-pods-api/pods-api.sock``."""
     parent = pod_resources_socket.parent
-    root = parent.parent if parent.name == "pod-resources" else parent
-    return root / "pods-api" / "pods-api.sock"
+    if parent.name == "pod-resources":
+        return parent.parent / "pods-api" / "pods-api.sock"
+    return parent / f"{pod_resources_socket.stem}-pods-api" / "pods-api.sock"
 
 
 _Health = tuple[tuple[tuple[str, str], str], ...]  # ((resource, device id), health) ...

@@ -281,9 +281,8 @@ class SimKubelet:
 
     @property
     def pods_api_socket_path(self) -> Path:
-        """Where the Pods API is served when its gate is on: ``pods-api/pods-api.sock``
-        beside the pod-resources socket's directory (``pod-resources/``), else beside
-        the socket."""
+        """Where the Pods API is served when its gate is on (``podsapi.pods_api_socket_for``;
+        not served, a warning logged, when the path is too long for a unix socket)."""
         return self._pods_api_path
 
     @property
@@ -571,7 +570,9 @@ class SimKubelet:
                 server.start()
             self._server, self._executor = server, executor
             log.info("sim_kubelet_started", socket=str(path), scenario=self._scenario.name)
-            if self.behaviour.pods_api:
+            if self.behaviour.pods_api and socket_path_too_long(self._pods_api_path):
+                log.warning("sim_pods_api_not_served", socket=str(self._pods_api_path))
+            elif self.behaviour.pods_api:
                 if self._pods_api is None:
                     self._pods_api = SimPodsApi(self._node, self._pods_api_path)
                 self._pods_api.start(warmup=warmup)

@@ -6,6 +6,7 @@ from typing import Any
 
 import grpc
 import pytest
+import structlog
 
 from podres_exporter._generated.podsapi.v1alpha1 import api_pb2 as pods_pb2
 from podres_exporter.core.errors import ScenarioError
@@ -296,8 +297,23 @@ def test_scenario_gives_labels_owner_and_the_gate() -> None:
         )
 
 
-def test_sim_kubelet_on_a_flat_socket_puts_the_pods_api_beside_it() -> None:
-    """A socket outside a ``pod-resources`` directory gets ``pods-api/`` beside it."""
+def test_sim_kubelets_side_by_side_get_pods_api_sockets_of_their_own() -> None:
+    """A socket outside a ``pod-resources`` directory gets a Pods API directory of its own."""
     with kubelet_root() as root:
-        sim = SimKubelet(SCENARIO, root / "kubelet.sock")
-        assert sim.pods_api_socket_path == root / "pods-api" / "pods-api.sock"
+        one = SimKubelet(SCENARIO, root / "kubelet-0.sock")
+        two = SimKubelet(SCENARIO, root / "kubelet-1.sock")
+        assert one.pods_api_socket_path == root / "kubelet-0-pods-api" / "pods-api.sock"
+        assert two.pods_api_socket_path == root / "kubelet-1-pods-api" / "pods-api.sock"
+
+
+def test_a_pods_api_path_too_long_is_not_served_and_the_kubelet_runs() -> None:
+    """When the Pods API path is too long for a unix socket the kubelet still serves
+    pod-resources, without the Pods API, and says so."""
+    with kubelet_root() as root:
+        deep = root / ("d" * (100 - len(str(root)) - len("/k.sock") - 1))
+        sim = SimKubelet(SCENARIO, deep / "k.sock")
+        sim.set_behaviour(pods_api=True)
+        with structlog.testing.capture_logs() as logs, sim:
+            assert sim.running
+            assert sim.pods_api is None
+        assert "sim_pods_api_not_served" in [e["event"] for e in logs]
