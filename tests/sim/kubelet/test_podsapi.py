@@ -186,7 +186,7 @@ def test_list_and_get_share_a_token_bucket_of_burst_ten() -> None:
 def test_a_watcher_that_falls_behind_is_dropped_with_resource_exhausted() -> None:
     """A watcher that stops reading while pods change gets what was buffered, then
     RESOURCE_EXHAUSTED; a new watch sees every pod."""
-    big = {"blob": "x" * 32_768}  # each event is big, so gRPC's windows fill quickly
+    big = {"blob": "x" * 65_536}  # each event is big, so gRPC's windows fill quickly
     with pods_api_kubelet() as sim, pods_channel(sim) as ch:
         api = sim.pods_api
         assert api is not None
