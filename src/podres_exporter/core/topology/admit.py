@@ -51,14 +51,15 @@ TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology localit
 
 @dataclass(frozen=True)
 class Assignment:
-    """What one container got: exclusive CPU ids, device ids per resource, and pinned
-    memory per (type, NUMA node) in bytes."""
+    """What one container got: exclusive CPU ids, device ids per resource, pinned memory
+    per (type, NUMA node) in bytes, and the NUMA nodes its memory blocks name."""
 
     container: str
     init: bool
     cpus: tuple[int, ...] = ()
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     memory: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    memory_numa: tuple[int, ...] = ()
 
 
 class _Refused(Exception):
@@ -155,13 +156,14 @@ def _allocate(books: Books, klass: QoS, c: Container, init: bool, hint: Hint) ->
         else:
             books.cpu_reuse.difference_update(cpus)
     memory: dict[tuple[str, int], int] = {}
+    memory_numa: tuple[int, ...] = ()
     wanted = memory_requests(klass, c) if p.memory is MemoryPolicy.STATIC else {}
     if wanted:
         got_mem = allocate_memory(books, wanted, hint, init=init)
         if isinstance(got_mem, str):
             raise _unexpected(got_mem)
-        memory = got_mem
-    return Assignment(c.name, init, tuple(cpus), devices, memory)
+        memory_numa, memory = got_mem
+    return Assignment(c.name, init, tuple(cpus), devices, memory, memory_numa)
 
 
 def _placement(name: str | None, init: bool, hint: Hint) -> Placement:

@@ -80,12 +80,12 @@ def _satisfies(books: Books, mask: int, requests: Mapping[str, int]) -> bool:
 
 def allocate_memory(
     books: Books, requests: Mapping[str, int], hint: Hint, *, init: bool
-) -> dict[tuple[str, int], int] | str:
+) -> tuple[tuple[int, ...], dict[tuple[str, int], int]] | str:
     """``Allocate`` for one container of a Guaranteed pod: the hint (nil: the default
     hint; too small: extended to the narrowest hint holding it), then each type taken
     node by node in the mask (``updateMachineState``), less what the pod's init
-    containers left for reuse on the same mask. Returns bytes per (type, NUMA node), or
-    the memory manager's error text."""
+    containers left for reuse on the same mask. Returns the NUMA nodes of the blocks and
+    the bytes taken per (type, NUMA node), or the memory manager's error text."""
     mask = hint.mask
     if mask is None:
         calc = memory_hints(books, requests)
@@ -112,7 +112,7 @@ def allocate_memory(
         if not ext.preferred and hint.preferred:
             return "[memorymanager] failed to find the extended preferred hint"
         mask = ext.mask
-    return _take(books, mask, requests, init=init)
+    return masks.bits(mask), _take(books, mask, requests, init=init)
 
 
 def _take(
