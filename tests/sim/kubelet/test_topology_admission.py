@@ -17,7 +17,7 @@ from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_sim.kubelet.server import SimKubelet
 from podres_sim.kubelet.topology import pod_shape, policies
-from podres_sim.scenario import ContainerSpec, DeviceSpec, NodeSpec, PodSpec, Scenario
+from podres_sim.scenario import ContainerSpec, DeviceSpec, NodeSpec, PodSpec, Scenario, load_builtin
 from podres_sim.scenario.kinds import TopologyPolicyName, TopologyScope
 
 GPU = "example.com/gpu"
@@ -117,3 +117,32 @@ def test_sim_admission_equals_prediction_for_every_policy_and_scope(tmp_path: Pa
         policy, scope = combos[seed % len(combos)]
         refused += _check_node(tmp_path, seed, policy, scope)
     assert refused > 0  # the generated shapes do reach the refusals
+
+
+def test_numa_scenario_refuses_fragmented_jobs_over_the_socket(tmp_path: Path) -> None:
+    """The built-in "numa" scenario: the 2-GPU job and the 10-CPU job are refused with
+    TopologyAffinityError; List shows them with empty resources, and the exporter's
+    state predicts both refusals."""
+    sc = load_builtin("numa")
+    sim = SimKubelet(sc, str(tmp_path / "k.sock"))
+    sim.start()
+    try:
+        refused = {p.name: p for p in sim.node.pods if p.phase == "Failed"}
+        assert set(refused) == {"two-gpu-job", "wide-cpu-job"}
+        assert {p.reason for p in refused.values()} == {"TopologyAffinityError"}
+        reading = KubeletClient(str(sim.socket_path)).read()
+        listed = {p.name: p for p in reading.pods}
+        for name in refused:
+            assert all(not (c.cpu_ids or c.devices or c.memory) for c in listed[name].containers)
+        spec = sc.node
+        topo = NodeTopology(
+            frozenset(spec.cpus), {c: n for n, cs in enumerate(spec.numa_cpus) for c in cs}
+        )
+        state = from_reading(reading, topo, policies(spec))
+        for p in sc.pods:
+            if p.name in refused:
+                d = admit(state, pod_shape(p))
+                assert d.shortage is not None
+                assert d.reason.value == "TopologyAffinityError"
+    finally:
+        sim.stop()
