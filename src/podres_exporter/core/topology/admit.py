@@ -103,7 +103,7 @@ def _full_pcpus_check(books: Books, count: int) -> None:
     """policy_static.go ``Allocate`` with full-pcpus-only: the request must be a multiple
     of the CPUs per core, and no more than the free CPUs outside the reserved CPUs' cores
     (``GetAvailablePhysicalCPUs``); else SMTAlignmentError."""
-    per_core = books.topo.cpus_per_core
+    per_core = max(1, books.topo.cpus_per_core)
     if count % per_core:
         raise _Refused(
             Reason.SMT_ALIGNMENT,
