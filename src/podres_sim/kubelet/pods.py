@@ -8,7 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from podres_sim.scenario import ClaimDeviceSpec, ContainerKind, DeviceSpec, PodSpec, QoS
+from podres_sim.scenario import (
+    ClaimDeviceSpec,
+    ContainerKind,
+    ContainerSpec,
+    DeviceSpec,
+    PodSpec,
+    QoS,
+)
 
 __all__ = [
     "ChurnEvent",
@@ -49,6 +56,14 @@ class ClaimGrant:
     name: str
     namespace: str
     devices: tuple[ClaimDeviceSpec, ...]
+
+    @classmethod
+    def of(cls, c: ContainerSpec, namespace: str, pod_name: str) -> tuple[ClaimGrant, ...]:
+        """A container's DRA claims, with the pod's name filled in."""
+        return tuple(
+            cls(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
+            for cl in c.claims
+        )
 
 
 @dataclass(frozen=True, slots=True)
