@@ -4,7 +4,11 @@
 allocatable CPUs per NUMA node, the free healthy devices per resource and NUMA
 placement, the free pinnable memory per NUMA node and type, and the admitted pods.
 
-Admitting a pod allocates the way the kubelet does:
+A node whose ``NodeSpec`` names a Topology Manager policy admits every pod through the
+kubelet's own NUMA rules instead (``podres_exporter.core.topology``, via ``topology.py``):
+what they refuse is rejected with their reason (``TopologyAffinityError`` ...), what they
+admit gets the CPUs, devices and memory they chose. Without one, admitting a pod
+allocates the way the kubelet does, simplified:
 
 * a container of a Guaranteed pod that asks a whole number of CPUs gets that many
   exclusive CPUs under the static CPU policy, from the allocatable pool (never a
@@ -55,6 +59,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from podres_exporter.core.errors import AdmissionError, PreStartError
+from podres_sim.kubelet import topology
 from podres_sim.kubelet.devicemanager import SimDeviceManager
 from podres_sim.kubelet.pods import (
     ChurnEvent,
@@ -96,7 +101,7 @@ class _Staged:
     name: str
     hold: Hold
     containers: list[ContainerState]
-    plugin: list[tuple[int, dict[str, int], int | None]]  # container index, needs, NUMA hint
+    plugin: list[tuple[int, dict[str, int], int | tuple[int, ...] | None]]  # index, needs, hint
     failure: tuple[str, str] | None = None  # reason, message
     pod_level: tuple[tuple[int, ...], tuple[MemoryGrant, ...]] = ((), ())
 
@@ -443,7 +448,11 @@ class Node:
                         counts[d.numa] = counts.get(d.numa, 0) + 1
                 self._plugin_free[r] = counts
         try:
-            for i, c in enumerate(spec.listed_containers):
+            if self._spec.topology_policy is not None:
+                states, plugin = self._core_admit(spec, name, staged.hold)
+                staged.containers.extend(states)
+                staged.plugin.extend(plugin)
+            for i, c in enumerate(() if staged.containers else spec.listed_containers):
                 state, hint = self._allocate(
                     c,
                     qos=qos,
@@ -459,7 +468,7 @@ class Node:
             staged.pod_level = self._pod_level(spec, staged.containers, qos, pinned, staged.hold)
         except AdmissionFailure as exc:
             self._release(staged.hold)
-            staged.failure = (_ADMISSION_ERROR, str(exc))
+            staged.failure = (exc.reason, str(exc))
         finally:
             self._plugin_free = {}
         return staged
@@ -539,7 +548,9 @@ class Node:
         hold = Hold()
         containers: list[ContainerState] = []
         try:
-            for c in spec.listed_containers:
+            if self._spec.topology_policy is not None:
+                containers = self._core_admit(spec, name, hold)[0]
+            for c in () if self._spec.topology_policy is not None else spec.listed_containers:
                 containers.append(
                     self._allocate(
                         c,
@@ -559,7 +570,7 @@ class Node:
                 spec=spec,
                 containers=tuple(ContainerState(c.name, c.kind) for c in spec.listed_containers),
                 phase="Failed",
-                reason=_ADMISSION_ERROR,
+                reason=exc.reason,
                 message=str(exc),
             )
         else:
@@ -570,6 +581,14 @@ class Node:
         self._pods[state.key] = state
         self._generation += 1
         return state
+
+    def _core_admit(
+        self, spec: PodSpec, name: str, hold: Hold
+    ) -> tuple[list[ContainerState], list[topology.PluginWant]]:
+        """Admit a pod through the kubelet's NUMA admission (lock held); see
+        ``topology.admit``."""
+        view = topology.SimView(self._spec, self._pools, self._dm, self._plugin, self._pods)
+        return topology.admit(view, spec, name, hold)
 
     def _allocate(
         self,
@@ -583,10 +602,7 @@ class Node:
     ) -> tuple[ContainerState, int | None]:
         """A container's CPUs, memory and node devices, and the NUMA node they were
         taken from (the hint for its plugin devices; None: no preference)."""
-        claims = tuple(
-            ClaimGrant(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
-            for cl in c.claims
-        )
+        claims = ClaimGrant.of(c, namespace, pod_name)
         ncpu, devices, memory = self._needs(c, qos, pinned)
         if not (ncpu or devices or memory):
             return ContainerState(c.name, c.kind, claims=claims), None

@@ -9,7 +9,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from podres_sim.scenario import ClaimDeviceSpec, ContainerKind, DeviceSpec, PodSpec, QoS
+from podres_sim.scenario import (
+    ClaimDeviceSpec,
+    ContainerKind,
+    ContainerSpec,
+    DeviceSpec,
+    PodSpec,
+    QoS,
+)
 
 __all__ = [
     "ChurnEvent",
@@ -50,6 +57,14 @@ class ClaimGrant:
     name: str
     namespace: str
     devices: tuple[ClaimDeviceSpec, ...]
+
+    @classmethod
+    def of(cls, c: ContainerSpec, namespace: str, pod_name: str) -> tuple[ClaimGrant, ...]:
+        """A container's DRA claims, with the pod's name filled in."""
+        return tuple(
+            cls(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
+            for cl in c.claims
+        )
 
 
 @dataclass(frozen=True, slots=True)
