@@ -758,19 +758,13 @@ class FakeNvml:
 
 # The constants and error classes of the real module, so the fake cannot drift:
 # NVML_* codes and enums, the clock-event / throttle-reason and event-type bits,
-# NVMLError, its NVMLError_* subclasses and NVMLLibraryMismatchError.
+# NVMLError, its NVMLError_* subclasses and NVMLLibraryMismatchError, and the version
+# numbers of the result structures the backend asks for by version.
 _COPIED = re.compile(
     r"^(NVML_[A-Z0-9_]+|nvmlClocks(Event|Throttle)Reason\w+|nvmlEventType\w+|NVMLError\w*"
-    r"|NVMLLibraryMismatchError)$"
+    r"|NVMLLibraryMismatchError|nvmlMemory_v2)$"
 )
-# The result structures' version numbers (nvmlMemory_v2): ints, never the functions
-# with a version in their name.
-_VERSION = re.compile(r"^nvml[A-Z]\w*_v\d+$")
 for _name in dir(pynvml):
-    _value = getattr(pynvml, _name)
-    if (_COPIED.match(_name) or (_VERSION.match(_name) and type(_value) is int)) and not hasattr(
-        FakeNvml, _name
-    ):
-        setattr(FakeNvml, _name, _value)
-del _value
+    if _COPIED.match(_name) and not hasattr(FakeNvml, _name):
+        setattr(FakeNvml, _name, getattr(pynvml, _name))
 del _name
