@@ -117,7 +117,8 @@ class FakeNvml:
     :meth:`load_driver` (``init_error`` sets any other code). ``seed`` seeds the
     random walk of :meth:`step`; ``clock`` (seconds, monotonic) makes the fake step
     itself every ``step_s`` seconds of it. ``calls`` counts calls per function.
-    ``memory_info_v2`` False: a driver without version 2 of the memory query.
+    ``memory_info_v2`` False: a driver without version 2 of the memory query;
+    ``privileged`` False: a caller NVML does not give a MIG-enabled GPU's memory.
     """
 
     def __init__(
@@ -138,6 +139,9 @@ class FakeNvml:
         self.init_count = 0
         # False: a driver older than nvmlDeviceGetMemoryInfo_v2 (FUNCTION_NOT_FOUND).
         self.memory_info_v2 = True
+        # False: a caller without the privilege NVML asks for a MIG-enabled GPU's own
+        # memory (NO_PERMISSION there; its MIG devices still answer).
+        self.privileged = True
         self.gpus: list[FakeGpu] = []
         self.now_us = 1_000_000  # the driver's timestamp clock, microseconds
         self._errors: dict[tuple[str, str | None], int] = {}
@@ -577,6 +581,12 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: object, version: int | None = None) -> Any:
         device = self._resolve("nvmlDeviceGetMemoryInfo", handle)
+        if (
+            not self.privileged
+            and isinstance(device, FakeGpu)
+            and device.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE
+        ):
+            raise _err(pynvml.NVML_ERROR_NO_PERMISSION)
         total, used, reserved = device.memory_total, device.memory_used, device.memory_reserved
         free = total - used - reserved
         if not version:  # version 1: the reserved memory is part of "used"

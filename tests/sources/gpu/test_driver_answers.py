@@ -13,7 +13,7 @@ import pytest
 
 from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim.nvml import FakeNvml
-from tests.sources.gpu.support import GIB, GPU_A, GPU_B, MIG_1, by_uuid, mig_fake, two_gpus
+from tests.sources.gpu.support import GIB, GPU_A, GPU_B, GPU_M, MIG_1, by_uuid, mig_fake, two_gpus
 
 MIB = 1 << 20
 
@@ -86,3 +86,27 @@ def test_a_board_without_a_feature_gives_none_for_it(board: str, absent: set[str
     for name in absent:
         assert getattr(got, name) is None, name
     assert got.power_watts is not None and got.temperature_celsius is not None
+
+
+def test_an_unprivileged_reader_has_no_memory_of_a_mig_enabled_gpu() -> None:
+    """NVML gives a MIG-enabled GPU's own memory only to a privileged caller: otherwise
+    its memory is absent (not 0), and its MIG devices' memory is still read."""
+    fake = mig_fake()
+    fake.privileged = False
+    got = by_uuid(NvmlBackend(fake).read())
+    assert got[GPU_M].healthy
+    assert got[GPU_M].memory_used_bytes is None and got[GPU_M].memory_total_bytes is None
+    assert got[MIG_1].memory_used_bytes == 3 * GIB
+
+
+def test_a_pynvml_whose_memory_query_takes_no_version_gives_version_1() -> None:
+    """A pynvml that has the version constant but not the parameter: version 1's answer."""
+    fake = two_gpus()
+    fake.gpu(GPU_A).memory_used = 1 * GIB
+    plain = fake.nvmlDeviceGetMemoryInfo
+
+    def without_version(handle: object) -> object:
+        return plain(handle)
+
+    fake.nvmlDeviceGetMemoryInfo = without_version  # type: ignore[method-assign,assignment]
+    assert by_uuid(NvmlBackend(fake).read())[GPU_A].memory_used_bytes == 1 * GIB

@@ -114,7 +114,10 @@ def memory_info(nvml: Nvml, handle: Any) -> Memory | None:
     lib = nvml.lib
     version = getattr(lib, "nvmlMemory_v2", None)
     if version is not None:
-        mem: Memory | None = nvml.get(lib.nvmlDeviceGetMemoryInfo, handle, version)
+        try:
+            mem: Memory | None = nvml.get(lib.nvmlDeviceGetMemoryInfo, handle, version)
+        except TypeError:  # a pynvml whose function takes no version
+            mem = None
         if mem is not None:
             return mem
     return nvml.get(lib.nvmlDeviceGetMemoryInfo, handle)  # type: ignore[no-any-return]
