@@ -33,6 +33,7 @@ from tests.gpu.checks import (
     unattributed_processes,
 )
 from tests.gpu.node import CONTAINER, POD, scenario_toml
+from tests.sources.gpu.support import METRIC_FIELDS
 from tests.support import Samples, exporter_settings, scrape, select, wait_until
 
 H100 = "GPU-6a0e2f55-1c8e-4f0b-9d21-0a1b2c3d4e50"
@@ -42,6 +43,11 @@ CONSUMER = "NVIDIA GeForce RTX 3090"
 
 def _reading(fake: FakeNvml, uuid: str) -> GpuReading:
     return next(g for g in NvmlBackend(fake).read().gpus if g.uuid == uuid)
+
+
+def test_every_field_of_a_reading_is_checked() -> None:
+    """The tier's table covers every metric field of a GPU reading, in its order."""
+    assert tuple(f.attr for f in FIELDS) == METRIC_FIELDS
 
 
 def test_a_sound_board_reads_every_field_without_a_problem() -> None:
@@ -60,14 +66,7 @@ def test_a_board_without_some_fields_reports_them_unsupported() -> None:
     fake.add_gpu(RTX, name=CONSUMER)
     results = {r.attr: r for r in check_reading(_reading(fake, RTX))}
     unsupported = {a for a, r in results.items() if r.status == "unsupported"}
-    assert unsupported == {
-        "ecc_corrected_total",
-        "ecc_uncorrected_total",
-        "remapped_rows_correctable",
-        "remapped_rows_uncorrectable",
-        "remapped_rows_pending",
-        "remapped_rows_failure",
-    }
+    assert unsupported == {f for f in METRIC_FIELDS if f.startswith(("ecc_", "remapped_"))}
     assert not [r for r in results.values() if r.problem]
 
 
