@@ -160,7 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         facts["probe"] = probe().as_dict()
     report = write_report(ns.out, facts, outcomes_from_junit(ns.out / JUNIT))
-    sys.stdout.write(f"{report['summary']}\nreport: {ns.out / 'report.md'}\n")
+    lines = [report["summary"]]
+    lines += [
+        f"one NVML read, {name}: median {t.get('median_ms')} ms (min {t.get('min_ms')}, "
+        f"max {t.get('max_ms')}, {t.get('reads')} reads)"
+        for name, t in report["timings"].items()
+    ]
+    sys.stdout.write("\n".join([*lines, f"report: {ns.out / 'report.md'}"]) + "\n")
     return 0
 
 

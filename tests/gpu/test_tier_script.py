@@ -150,4 +150,5 @@ def test_the_tier_runs_green_on_a_stand_in_driver(tmp_path: Path) -> None:
     assert status[(STANDIN_H100, "power_watts")] == "read"
     assert status[(STANDIN_MIG, "memory_total_bytes")] == "read"
     assert len(report["timings"]) == 4
+    assert "one NVML read, fake NVML, 2 GPU(s), every field: median " in done.stdout
     assert "nvidia.com/mig: 1 advertised healthy" in " ".join(report["checks"]["plugin"])
