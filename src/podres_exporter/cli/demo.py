@@ -184,6 +184,8 @@ def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
             path_procfs=str(host.procfs),
             path_pod_logs=str(host.pod_logs),
             path_container_logs=str(host.container_logs),
+            kubelet_config=str(host.kubelet_config),
+            kubelet_device_checkpoint=str(host.device_checkpoint),
             node_name=sc.name,  # the simulated node's, as a kubelet's would be its node's
         )
         exporter = Exporter(node_settings, gpu_backend=host.gpu_backend())

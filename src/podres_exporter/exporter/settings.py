@@ -174,6 +174,20 @@ OPTIONS: tuple[Option, ...] = (
     LOG_LEVEL,
     LOG_FORMAT,
 )  # fmt: skip
+
+# ---- the kubelet's own files: the facts it admits pods with (collector kubelet_policy)
+KUBELET_FILES: tuple[Option, ...] = (
+    Option("--kubelet-config", "kubelet_config", parse_path, "/var/lib/kubelet/config.yaml",
+           "The kubelet's configuration file (its --config; YAML or JSON), read for the "
+           "policies it admits pods with (podres_kubelet_config_info). Only the file: flags "
+           "the kubelet was started with that override it are not seen."),
+    Option("--kubelet-device-checkpoint", "kubelet_device_checkpoint", parse_path,
+           "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+           "The kubelet's device-manager checkpoint (JSON, read-only): every device "
+           "registered per resource, healthy or not (podres_node_registered_devices)."),
+)  # fmt: skip
+OPTIONS = (*OPTIONS, *KUBELET_FILES)
+# ---- end of the kubelet's own files
 BY_FLAG = {o.flag: o for o in OPTIONS}
 
 CONFIG = Option(
@@ -238,6 +252,9 @@ class Settings:
     build: BuildInfo = field(default_factory=lambda: BuildInfo(__version__))
     # --collector.NAME switches given (name -> on/off); the others keep their default.
     collector_overrides: Mapping[str, bool] = field(default_factory=dict)
+    # ---- the kubelet's own files (KUBELET_FILES)
+    kubelet_config: str = "/var/lib/kubelet/config.yaml"
+    kubelet_device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 
     @property
     def answer_limits(self) -> AnswerLimits:
