@@ -297,10 +297,10 @@ def kubelet_file_sources(settings: Settings, needed: frozenset[str]) -> dict[str
     each kept while unchanged, its last good value served when it cannot be read."""
     sources: dict[str, TelemetrySource] = {}
     if "kubelet_config" in needed:
-        config = kubelet_config_reader(settings.kubelet_config)
+        config = kubelet_config_reader(settings.kubelet_config_path)
         sources["kubelet_config"] = lambda: {"kubelet_config": config.read()}
     if "device_checkpoint" in needed:
-        checkpoint = device_checkpoint_reader(settings.kubelet_device_checkpoint)
+        checkpoint = device_checkpoint_reader(settings.kubelet_device_checkpoint_path)
         sources["device_checkpoint"] = lambda: {"device_checkpoint": checkpoint.read()}
     return sources
 
