@@ -116,6 +116,8 @@ def snapshot_command(settings: Settings, nvml_dir: Path) -> str:
         "--path.procfs", settings.path_procfs,
         "--path.pod-logs", settings.path_pod_logs,
         "--path.container-logs", settings.path_container_logs,
+        "--kubelet-config", settings.kubelet_config_path,
+        "--kubelet-device-checkpoint", settings.kubelet_device_checkpoint_path,
     ]  # fmt: skip
     return f"PYTHONPATH={shlex.quote(str(nvml_dir))} {shlex.join(args)}"
 
