@@ -68,6 +68,10 @@ class FileReader(Generic[_T]):
         key, data = read_bounded(self.path, self.max_bytes, self.flag)
         try:
             value = self._decode(data)
+        except RecursionError:
+            raise SourceError(
+                f"{self.path}: nested too deeply (set {self.flag} to the kubelet's file)"
+            ) from None
         except (ValueError, yaml.YAMLError) as err:
             raise SourceError(
                 f"{self.path}: {err} (set {self.flag} to the kubelet's file)"
