@@ -35,6 +35,7 @@ from podres_exporter.exporter.settings import (
     BY_FLAG,
     COLLECTOR_SWITCHES,
     CONFIG,
+    KUBELET_FILES,
     OPTIONS,
     Settings,
     build,
@@ -45,7 +46,7 @@ SNAPSHOT_OPTIONS: tuple[Option, ...] = (
     KUBELET_SOCKET, BY_FLAG["--kubelet-max-message-size"], BY_FLAG["--kubelet-timeout"],
     PATH_SYSFS, PATH_PROCFS, BY_FLAG["--path.pod-logs"], BY_FLAG["--path.container-logs"],
     BY_FLAG["--source-timeout"], BY_FLAG["--gpu-resources"], *ANSWER_LIMITS, LOG_LEVEL,
-    LOG_FORMAT,
+    LOG_FORMAT, *KUBELET_FILES,
 )  # fmt: skip
 """The exporter's options that ``podres snapshot`` takes: the reading, not the serving."""
 

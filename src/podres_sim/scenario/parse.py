@@ -38,6 +38,7 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     offline_cpus = []                  # present but offline: not allocatable, not in sysfs
     cpu_policy = "static"              # | "none"
     memory_policy = "static"           # | "none"
+    threads_per_core = 2               # SMT: consecutive CPUs of a NUMA node share a core
     topology_policy = "restricted"     # | "none" | "best-effort" | "single-numa-node";
                                        # unset: the simple allocator, no Topology Manager
     topology_scope = "container"       # | "pod"
@@ -201,6 +202,7 @@ _NODE_KEYS = {
     "memory_policy",
     "memory",
     "devices",
+    "threads_per_core",
     "topology_policy",
     "topology_scope",
 }
@@ -424,6 +426,7 @@ class _Parser:
                 memory_policy=self.choice(data, "memory_policy", "node", "none", MemoryPolicy),
                 memory=memory,
                 devices=tuple(devices),
+                threads_per_core=self.integer(data, "threads_per_core", "node", 1),
                 topology_policy=(
                     self.choice(data, "topology_policy", "node", "none", TopologyPolicyName)
                     if "topology_policy" in data

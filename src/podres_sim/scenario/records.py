@@ -98,6 +98,9 @@ class NodeSpec:
     memory_policy: MemoryPolicy = "none"
     memory: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     devices: tuple[DeviceSpec, ...] = ()
+    # SMT threads per physical core: a core is that many consecutive CPUs of a NUMA node's
+    # list (the host's thread_siblings_list).
+    threads_per_core: int = 1
     topology_policy: TopologyPolicyName | None = None
     topology_scope: TopologyScope = "container"
 
