@@ -47,7 +47,8 @@ def test_the_demo_node_serves_its_kubelets_facts(make_sim: Callable[..., SimKube
     info = select(got, "podres_kubelet_config_info")
     assert [dict(labels) for labels in info] == [
         {
-            "topology_manager_policy": node.topology_policy,
+            # No policy in the scenario: the kubelet's defaults, as its config file says.
+            "topology_manager_policy": node.topology_policy or "none",
             "topology_manager_scope": node.topology_scope,
             "cpu_manager_policy": "static",
             "memory_manager_policy": "Static",
