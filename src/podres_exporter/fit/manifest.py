@@ -85,7 +85,7 @@ def _workloads(docs: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
     """Every document (and every item of a ``List``) that is a mapping, with its key path."""
     out: list[tuple[str, dict[str, Any]]] = []
     for i, doc in enumerate(docs):
-        at = f"document {i + 1}" if len(docs) > 1 else ""
+        at = f"document {i + 1}: " if len(docs) > 1 else ""
         if isinstance(doc, dict) and doc.get("kind") == "List":
             items = doc.get("items")
             if not isinstance(items, list):
@@ -101,8 +101,8 @@ def _workloads(docs: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _join(path: str, key: str) -> str:
-    if not path:
-        return key
+    if not path or path.endswith(": "):  # the root, or a document's ("document 2: ")
+        return path + key
     return f"{path}{key}" if key.startswith("[") else f"{path}.{key}"
 
 
