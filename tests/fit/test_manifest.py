@@ -122,12 +122,16 @@ def test_shape_flags_make_a_guaranteed_container_and_more() -> None:
         containers=["cpu=500m,memory=1Gi"],
     )
     first, second = shape.pod.containers
-    assert first.requests == first.limits == {
-        "cpu": 8000,
-        "memory": 64 * GI,
-        "nvidia.com/gpu": 4,
-        "hugepages-1Gi": 2 * GI,
-    }
+    assert (
+        first.requests
+        == first.limits
+        == {
+            "cpu": 8000,
+            "memory": 64 * GI,
+            "nvidia.com/gpu": 4,
+            "hugepages-1Gi": 2 * GI,
+        }
+    )
     assert second.requests == {"cpu": 500, "memory": GI}
     assert shape.origin == "flags"
 

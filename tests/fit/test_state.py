@@ -69,8 +69,8 @@ def test_devices_keep_registered_healthy_and_free_per_numa_node() -> None:
         s("podres_node_devices", 2, resource=gpu, numa_node="0", state="free"),
         s("podres_node_devices", 2, resource=gpu, numa_node="0", state="allocated"),
         s("podres_node_devices", 3, resource=gpu, numa_node="1", state="free"),
-        s("podres_node_registered_devices", 2, resource="example.com/nic"),
-        s("podres_node_devices", 2, resource="example.com/nic", state="free"),
+        s("podres_node_registered_devices", 2, resource="example.com/nic", numa_node="none"),
+        s("podres_node_devices", 2, resource="example.com/nic", numa_node="none", state="free"),
         s("podres_node_registered_devices", 1, resource="example.com/fpga", numa_node="0,1"),
         s("podres_node_devices", 1, resource="example.com/fpga", numa_node="0,1", state="free"),
     ]
@@ -101,14 +101,16 @@ def test_devices_without_the_registered_family_are_every_id_reported() -> None:
 
 def test_memory_per_type_and_numa_node() -> None:
     """Allocatable and free memory per type and NUMA node; a joint label is not a NUMA node."""
+    alloc, mem = "podres_node_allocatable_memory_bytes", "podres_node_memory_bytes"
+    huge = "hugepages-1Gi"
     samples = [
-        s("podres_node_allocatable_memory_bytes", 64 * GI, numa_node="0", memory_type="memory"),
-        s("podres_node_memory_bytes", 40 * GI, numa_node="0", memory_type="memory", state="free"),
-        s("podres_node_memory_bytes", 8 * GI, numa_node="0", memory_type="memory", state="allocated"),
-        s("podres_node_memory_bytes", GI, numa_node="0,1", memory_type="memory", state="allocated"),
-        s("podres_node_allocatable_memory_bytes", 4 * GI, numa_node="1", memory_type="hugepages-1Gi"),
-        s("podres_node_memory_bytes", 4 * GI, numa_node="1", memory_type="hugepages-1Gi", state="free"),
-    ]  # fmt: skip
+        s(alloc, 64 * GI, numa_node="0", memory_type="memory"),
+        s(mem, 40 * GI, numa_node="0", memory_type="memory", state="free"),
+        s(mem, 8 * GI, numa_node="0", memory_type="memory", state="allocated"),
+        s(mem, GI, numa_node="0,1", memory_type="memory", state="allocated"),
+        s(alloc, 4 * GI, numa_node="1", memory_type=huge),
+        s(mem, 4 * GI, numa_node="1", memory_type=huge, state="free"),
+    ]
     st = node_facts("n", samples).state
     assert st.memory["memory"][0].allocatable == 64 * GI
     assert st.memory["memory"][0].free == 40 * GI

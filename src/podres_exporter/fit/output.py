@@ -82,11 +82,16 @@ def why_text(a: NodeAnswer) -> str:
     return ""
 
 
-def _notes(fleet: FleetAnswer) -> list[str]:
+def _notes(fleet: FleetAnswer, pod: Pod) -> list[str]:
     by_note: dict[str, list[str]] = defaultdict(list)
+    extended = [r for r, n in pod_requests(pod).items() if n and "/" in r]
     for a in fleet.nodes:
         for note in a.facts.notes:
             by_note[note].append(a.node)
+        for r in extended:
+            if r not in a.facts.state.devices:
+                note = f"no device plugin serves {r}: the kubelet leaves it to the scheduler"
+                by_note[note].append(a.node)
         if fleet.scheduler_checked and a.scheduler is None:
             by_note["kube-state-metrics has no allocatable for it: no scheduler check"].append(
                 a.node
@@ -156,7 +161,7 @@ def render(fleet: FleetAnswer, pod: Pod, origin: str, source: str, width: int) -
     lines = [printable(line) for line in head]
     lines.append(body.rstrip("\n"))
     lines.append(summary(fleet))
-    lines.extend(printable(n) for n in _notes(fleet))
+    lines.extend(printable(n) for n in _notes(fleet, pod))
     return "\n".join(lines) + "\n"
 
 

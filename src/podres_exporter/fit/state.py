@@ -99,8 +99,9 @@ class NodeFacts:
 
 
 def _numa_set(label: str) -> frozenset[int] | None:
-    """``"0"`` -> {0}, ``"0,1"`` -> {0, 1}, ``""`` -> {} (no topology); None when malformed."""
-    if not label:
+    """``"0"`` -> {0}, ``"0,1"`` -> {0, 1}, ``"none"`` (or no label) -> {} (the kubelet
+    reports no topology); None when malformed."""
+    if not label or label == "none":
         return frozenset()
     try:
         return frozenset(int(p) for p in label.split(","))
