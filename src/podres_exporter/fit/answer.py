@@ -22,9 +22,19 @@ from podres_exporter.core.topology import CPU, Decision, Pod, admit, count_fits
 from podres_exporter.fit.source import SchedulerFacts, ksm_name
 from podres_exporter.fit.state import NodeFacts
 
-__all__ = ["FleetAnswer", "NodeAnswer", "SchedulerVerdict", "answer", "pod_requests"]
+__all__ = [
+    "FleetAnswer",
+    "Judged",
+    "NodeAnswer",
+    "SchedulerVerdict",
+    "answer",
+    "combine",
+    "judge",
+    "pod_requests",
+]
 
 PODS = "pods"
+Key = tuple[object, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +131,50 @@ def scheduler_verdict(
     return SchedulerVerdict(not short, tuple(short), min(counts) if counts else None)
 
 
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The kubelet's answer on one node: its decision and how many such pods it admits
+    one after another (``capped``: the count stopped at the limit)."""
+
+    facts: NodeFacts
+    decision: Decision
+    count: int
+    capped: bool
+
+
+def judge(facts: Iterable[NodeFacts], pod: Pod, *, limit: int) -> tuple[Judged, ...]:
+    """The kubelet's answer to ``pod`` on each node, counts bounded by ``limit``, nodes
+    sorted by name; nodes alike (one key) are answered once."""
+    seen: dict[Key, tuple[Decision, int]] = {}
+    out: list[Judged] = []
+    for f in sorted(facts, key=lambda f: f.node):
+        known = seen.get(f.key)
+        if known is None:
+            decision = admit(f.state, pod)
+            count = count_fits(f.state, pod, limit) if decision.admitted else 0
+            known = seen[f.key] = (decision, count)
+        out.append(Judged(f, *known, capped=known[1] >= limit))
+    return tuple(out)
+
+
+def combine(judged: Iterable[Judged], pod: Pod, scheduler: SchedulerFacts | None) -> FleetAnswer:
+    """The kubelet's answers with the scheduler's check where it is made: a node it
+    refuses does not fit, and its count bounds the kubelet's."""
+    requests = pod_requests(pod)
+    out: list[NodeAnswer] = []
+    for j in judged:
+        verdict = (
+            None if scheduler is None else scheduler_verdict(j.facts.node, requests, scheduler)
+        )
+        count, capped = j.count, j.capped
+        if verdict is not None and verdict.count is not None and verdict.count < count:
+            count, capped = verdict.count, False
+        if verdict is not None and not verdict.fits:
+            count = 0
+        out.append(NodeAnswer(j.facts, j.decision, verdict, count, capped))
+    return FleetAnswer(tuple(out), scheduler is not None)
+
+
 def answer(
     facts: Iterable[NodeFacts],
     pod: Pod,
@@ -128,22 +182,5 @@ def answer(
     *,
     limit: int,
 ) -> FleetAnswer:
-    """Each node's answer to ``pod``, counts bounded by ``limit``, nodes sorted by name."""
-    requests = pod_requests(pod)
-    seen: dict[tuple[object, ...], tuple[Decision, int]] = {}
-    out: list[NodeAnswer] = []
-    for f in sorted(facts, key=lambda f: f.node):
-        known = seen.get(f.key)
-        if known is None:
-            decision = admit(f.state, pod)
-            known = (decision, count_fits(f.state, pod, limit) if decision.admitted else 0)
-            seen[f.key] = known
-        decision, count = known
-        verdict = None if scheduler is None else scheduler_verdict(f.node, requests, scheduler)
-        capped = count >= limit
-        if verdict is not None and verdict.count is not None and verdict.count < count:
-            count, capped = verdict.count, False
-        if verdict is not None and not verdict.fits:
-            count = 0
-        out.append(NodeAnswer(f, decision, verdict, count, capped))
-    return FleetAnswer(tuple(out), scheduler is not None)
+    """Each node's answer to ``pod`` (:func:`judge`, then :func:`combine`)."""
+    return combine(judge(facts, pod, limit=limit), pod, scheduler)

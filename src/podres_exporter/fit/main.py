@@ -23,7 +23,7 @@ from podres_exporter.core.errors import ConfigError, FetchError
 from podres_exporter.daemon import logconf
 from podres_exporter.daemon.options import Option, given, resolve
 from podres_exporter.daemon.values import parse_text
-from podres_exporter.fit.answer import answer
+from podres_exporter.fit.answer import combine, judge
 from podres_exporter.fit.manifest import (
     GPU_RESOURCE,
     KINDS,
@@ -260,8 +260,12 @@ def run_fit(ns: argparse.Namespace, env: Mapping[str, str]) -> int:
         cfg = config_from(ns, env)
         shape = shape_from(ns)
         snap = read_nodes(cfg, ns, env)
-        facts = [node_facts(node, samples) for node, samples in snap.nodes.items()]
-        fleet = answer(facts, shape.pod, snap.scheduler, limit=cfg.limit)
+        try:  # the kubelet's answers while kube-state-metrics' queries may still run
+            facts = [node_facts(node, samples) for node, samples in snap.nodes.items()]
+            judged = judge(facts, shape.pod, limit=cfg.limit)
+            fleet = combine(judged, shape.pod, snap.scheduler())
+        finally:
+            snap.close()
         if cfg.output == "json":
             doc = to_json(fleet, shape.pod, shape.origin, snap.description, cfg.limit)
             text = json.dumps(doc, indent=2) + "\n"

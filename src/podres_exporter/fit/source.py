@@ -77,16 +77,21 @@ class SchedulerFacts:
     pods: Mapping[str, int]
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """Every node's samples (by node name) from one read, and the scheduler's view
-    (None: kube-state-metrics is not where the nodes were read)."""
+    """Every node's samples (by node name) from one read. ``scheduler()``: the
+    scheduler's view, waited for (None: kube-state-metrics is not where the nodes were
+    read); ``close()`` gives up on it."""
 
     nodes: Mapping[str, Sequence[SampleLike]]
-    scheduler: SchedulerFacts | None
     description: str
     at: float
-    notes: tuple[str, ...] = field(default=())
+    scheduler: Callable[[], SchedulerFacts | None] = field(default=_nothing)
+    close: Callable[[], None] = field(default=_nothing)
 
 
 def _node_of_reading(reading: Reading) -> str:
@@ -107,7 +112,7 @@ def read_single(reading: Reading, description: str) -> Snapshot:
             "exporter that has read its kubelet?",
             exit_code=2,
         )
-    return Snapshot({_node_of_reading(reading): samples}, None, description, reading.at)
+    return Snapshot({_node_of_reading(reading): samples}, description, reading.at)
 
 
 def read_exporter(source: ExporterSource) -> Snapshot:
@@ -163,14 +168,44 @@ def read_prometheus(
     clock: Callable[[], float] = time.time,
 ) -> Snapshot:
     """Every node Prometheus has (those ``--node`` and ``--selector`` pick), in
-    ``len(FAMILIES) + 3`` instant queries side by side; FetchError when none is there."""
+    ``len(FAMILIES) + 3`` instant queries side by side; FetchError when none is there.
+
+    The nodes' samples are returned once their queries are answered; kube-state-metrics'
+    (the slower joins) may still be running: :attr:`Snapshot.scheduler` waits for them,
+    so that the kubelet's answers are computed meanwhile."""
     at = clock()
     queries = {name: _with(name, selector) for name in FAMILIES}
-    queries.update({f"ksm:{k}": q for k, q in _ksm_queries(selector).items()})
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="podres-fit-query") as pool:
-        answers = dict(
-            zip(queries, pool.map(lambda q: source.query(q, at), queries.values()), strict=True)
-        )
+    ksm_queries = _ksm_queries(selector)
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="podres-fit-query")
+    try:
+        ksm = {k: pool.submit(source.query, q, at) for k, q in ksm_queries.items()}
+        found = {k: pool.submit(source.query, q, at) for k, q in queries.items()}
+        nodes = _nodes(source, selector, {k: f.result() for k, f in found.items()})
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+
+    def scheduler() -> SchedulerFacts | None:
+        try:
+            return _scheduler({k: f.result() for k, f in ksm.items()})
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    return Snapshot(
+        nodes,
+        source.description,
+        at,
+        scheduler=scheduler,
+        close=lambda: pool.shutdown(wait=False, cancel_futures=True),
+    )
+
+
+def _nodes(
+    source: PrometheusSource,
+    selector: str,
+    answers: Mapping[str, list[tuple[dict[str, str], float]]],
+) -> dict[str, list[SampleLike]]:
+    """The samples of each node ``--node`` picks; FetchError when there are none."""
     names = node_names(answers[NODE_INFO])
     nodes: dict[str, list[SampleLike]] = defaultdict(list)
     seen: set[str] = set()
@@ -193,5 +228,4 @@ def read_prometheus(
             f"--node {source.node!r}: no such node in {where} (nodes: {', '.join(sorted(seen))})",
             exit_code=2,
         )
-    ksm = {k.removeprefix("ksm:"): v for k, v in answers.items() if k.startswith("ksm:")}
-    return Snapshot(dict(nodes), _scheduler(ksm), source.description, at)
+    return dict(nodes)

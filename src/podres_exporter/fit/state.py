@@ -27,6 +27,7 @@ local kubelet is answered alike.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -46,7 +47,15 @@ from podres_exporter.core.topology import (
     TopologyPolicy,
 )
 
-__all__ = ["FAMILIES", "NODE_INFO", "NodeFacts", "SampleLike", "node_facts", "policies_from"]
+__all__ = [
+    "FAMILIES",
+    "NODE_INFO",
+    "NodeFacts",
+    "SampleLike",
+    "node_facts",
+    "policies_from",
+    "state_key",
+]
 
 NODE_INFO = "podres_node_info"
 KUBELET_UP = "podres_kubelet_up"
@@ -86,8 +95,8 @@ class SampleLike(Protocol):
 class NodeFacts:
     """One node's admission state and what the answer must say about it.
 
-    ``key``: the counts the state was made of, equal for nodes alike (their answers are
-    alike: computed once). ``notes``: what the answer rests on that may not hold (the
+    ``key``: :func:`state_key`, equal for nodes alike (their answers are alike: computed
+    once). ``notes``: what the answer rests on that may not hold (the
     policies assumed, the kubelet down and the data stale)."""
 
     node: str
@@ -243,35 +252,49 @@ def _core_layout(free: int, busy: list[str], whole: int, threads: int) -> list[l
     return cores
 
 
-def _cpus(
-    c: _Counts,
-) -> tuple[tuple[CpuInfo, ...], frozenset[int], frozenset[int], tuple[Any, ...]]:
+@functools.lru_cache(maxsize=4096)
+def _numa_cpus(
+    numa: int, first_id: int, first_core: int, counts: tuple[int, int, int, int], threads: int
+) -> tuple[tuple[CpuInfo, ...], tuple[int, ...], tuple[int, ...], int]:
+    """One NUMA node's CPUs from ``first_id`` and cores from ``first_core``, with
+    ``counts`` (free, reserved, exclusive, whole free cores): the CPUs, the free and the
+    reserved ids, the cores used. Kept: a fleet's NUMA nodes are much alike."""
+    n_free, n_res, n_excl, whole = counts
+    cpus: list[CpuInfo] = []
+    free: list[int] = []
+    reserved: list[int] = []
+    layout = _core_layout(n_free, ["r"] * n_res + ["x"] * n_excl, whole, threads)
+    for offset, core in enumerate(layout):
+        for kind in core:
+            cpu = CpuInfo(id=first_id + len(cpus), core=first_core + offset, socket=numa, numa=numa)
+            cpus.append(cpu)
+            if kind == "f":
+                free.append(cpu.id)
+            elif kind == "r":
+                reserved.append(cpu.id)
+    return tuple(cpus), tuple(free), tuple(reserved), len(layout)
+
+
+def _cpus(c: _Counts) -> tuple[tuple[CpuInfo, ...], frozenset[int], frozenset[int]]:
     threads = max(1, c.threads)
     cpus: list[CpuInfo] = []
-    free: set[int] = set()
-    reserved: set[int] = set()
-    key: list[Any] = [threads]
-    core_id = 0
+    free: list[int] = []
+    reserved: list[int] = []
+    cores = 0
     for numa in sorted(c.cpus):
         pools = c.cpus[numa]
         n_free, n_res, n_excl = (max(0, pools.get(p, 0)) for p in (_FREE, _RESERVED, _EXCLUSIVE))
-        whole = min(c.free_cores.get(numa, n_free // threads), n_free // threads)
-        key.append((numa, n_free, n_res, n_excl, whole))
-        for core in _core_layout(n_free, ["r"] * n_res + ["x"] * n_excl, max(0, whole), threads):
-            for kind in core:
-                cpu = CpuInfo(id=len(cpus), core=core_id, socket=numa, numa=numa)
-                cpus.append(cpu)
-                if kind == "f":
-                    free.add(cpu.id)
-                elif kind == "r":
-                    reserved.add(cpu.id)
-            core_id += 1
-    return tuple(cpus), frozenset(free), frozenset(reserved), tuple(key)
+        whole = max(0, min(c.free_cores.get(numa, n_free // threads), n_free // threads))
+        counts = (n_free, n_res, n_excl, whole)
+        made, f, r, used = _numa_cpus(numa, len(cpus), cores, counts, threads)
+        cpus.extend(made)
+        free.extend(f)
+        reserved.extend(r)
+        cores += used
+    return tuple(cpus), frozenset(free), frozenset(reserved)
 
 
-def _devices(
-    c: _Counts,
-) -> tuple[dict[str, tuple[DeviceInfo, ...]], dict[str, frozenset[str]], tuple[Any, ...]]:
+def _devices(c: _Counts) -> tuple[dict[str, tuple[DeviceInfo, ...]], dict[str, frozenset[str]]]:
     registered: dict[str, dict[str, int]] = {r: dict(v) for r, v in c.registered.items()}
     free: dict[str, dict[str, int]] = defaultdict(dict)
     seen: dict[str, dict[str, int]] = defaultdict(dict)
@@ -282,7 +305,6 @@ def _devices(
         registered.setdefault(resource, per_numa)
     devices: dict[str, tuple[DeviceInfo, ...]] = {}
     free_ids: dict[str, frozenset[str]] = {}
-    key: list[Any] = []
     for resource in sorted(registered):
         infos: list[DeviceInfo] = []
         taken: set[str] = set()
@@ -297,7 +319,6 @@ def _devices(
             )
             healthy = min(total, max(0, healthy))
             n_free = min(healthy, max(0, free[resource].get(label, 0)))
-            key.append((resource, label, total, healthy, n_free))
             for i in range(total):
                 dev = DeviceInfo(id=f"{label or '-'}/{i}", numa=where, healthy=i < healthy)
                 infos.append(dev)
@@ -305,7 +326,40 @@ def _devices(
                     taken.add(dev.id)
         devices[resource] = tuple(infos)
         free_ids[resource] = frozenset(taken)
-    return devices, free_ids, tuple(key)
+    return devices, free_ids
+
+
+def state_key(state: NodeState) -> tuple[Any, ...]:
+    """What admission depends on, without ids: the policies, each NUMA node's cores (how
+    many of each core's CPUs are free, reserved, or taken), each resource's devices (NUMA
+    nodes, health, free) and memory, the distances. States with one key admit alike,
+    whatever ids their CPUs and devices have."""
+    free, reserved = state.free_cpus, state.reserved_cpus
+    cores: dict[tuple[int, int], list[int]] = {}
+    for c in state.cpus:
+        slot = cores.setdefault((c.numa, c.core), [0, 0, 0])
+        slot[0 if c.id in free else 1 if c.id in reserved else 2] += 1
+    per_numa: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+    for (numa, _), counts in cores.items():
+        per_numa[numa].append(tuple(counts))
+    devices = tuple(
+        (r, tuple(sorted(
+            (tuple(sorted(d.numa)), d.healthy, d.id in state.free_devices.get(r, ())) for d in ds
+        )))
+        for r, ds in sorted(state.devices.items())
+    )  # fmt: skip
+    memory = tuple(
+        (kind, tuple((n, m.allocatable, m.free) for n, m in sorted(per.items())))
+        for kind, per in sorted(state.memory.items())
+    )
+    return (
+        state.policies,
+        state.nodes(),
+        tuple((n, tuple(sorted(per_numa[n]))) for n in sorted(per_numa)),
+        devices,
+        memory,
+        tuple((a, tuple(sorted(row.items()))) for a, row in sorted(state.distances.items())),
+    )
 
 
 def node_facts(node: str, samples: Iterable[SampleLike]) -> NodeFacts:
@@ -331,8 +385,8 @@ def node_facts(node: str, samples: Iterable[SampleLike]) -> NodeFacts:
         notes.append("kubelet not answering: the exporter's last reading is used")
     if not c.cpus:
         notes.append("no CPU counts (podres_node_cpus): no exclusive CPUs can be given")
-    cpus, free, reserved, cpu_key = _cpus(c)
-    devices, free_devices, device_key = _devices(c)
+    cpus, free, reserved = _cpus(c)
+    devices, free_devices = _devices(c)
     memory = {
         kind: {n: NumaMemory(allocatable=a, free=min(a, f)) for n, (a, f) in sorted(per.items())}
         for kind, per in sorted(c.memory.items())
@@ -350,13 +404,4 @@ def node_facts(node: str, samples: Iterable[SampleLike]) -> NodeFacts:
         distances=distances,
         numa_nodes=tuple(sorted(c.cpus)),
     )
-    key = (
-        policies,
-        cpu_key,
-        device_key,
-        tuple(
-            (k, tuple((n, m.allocatable, m.free) for n, m in v.items())) for k, v in memory.items()
-        ),
-        tuple((a, tuple(row.items())) for a, row in distances.items()),
-    )
-    return NodeFacts(node, state, known, c.kubelet_up != 0, tuple(notes), key)
+    return NodeFacts(node, state, known, c.kubelet_up != 0, tuple(notes), state_key(state))
