@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from podres_exporter.core.printable import printable
-from podres_exporter.core.topology import CPU, Decision, Placement, Pod, qos
+from podres_exporter.core.topology import CPU, Decision, Placement, Pod, Shortage, qos
 from podres_exporter.fit.answer import FleetAnswer, NodeAnswer, SchedulerVerdict, pod_requests
 from podres_exporter.top.cells import fmt_bytes
 
@@ -64,18 +64,28 @@ def numa_text(decision: Decision) -> str:
     return " ".join(f"{p.container or 'pod'}={_affinity(p)}" for p in decision.placements)
 
 
+def shortage_text(s: Shortage) -> str:
+    """``nvidia.com/gpu short on NUMA 0,1 under single-numa-node: 4 wanted, at most 3
+    free``; or, when each resource alone fits but not together, ``cpu, memory fit on no
+    NUMA nodes together under single-numa-node``."""
+    if "+" in s.resource:
+        together = ", ".join(s.resource.split("+"))
+        return f"{together} fit on no NUMA nodes together under {s.policy.value}"
+    where = ",".join(str(n) for n in s.numa_nodes) or "any"
+    return (
+        f"{s.resource} short on NUMA {where} under {s.policy.value}: "
+        f"{_amount(s.resource, s.requested)} wanted, at most "
+        f"{_amount(s.resource, s.available)} free"
+    )
+
+
 def why_text(a: NodeAnswer) -> str:
     """Why the pod does not fit (empty when it does)."""
     d = a.decision
     if not d.admitted:
         s = d.shortage
         if s is not None:
-            where = ",".join(str(n) for n in s.numa_nodes) or "any"
-            return (
-                f"{d.reason.value}: {s.resource} short on NUMA {where} under "
-                f"{s.policy.value}: {_amount(s.resource, s.requested)} wanted, "
-                f"{_amount(s.resource, s.available)} free"
-            )
+            return f"{d.reason.value}: {shortage_text(s)}"
         return f"{d.reason.value}: {d.message}" if d.message else d.reason.value
     if a.scheduler is not None and not a.scheduler.fits:
         return f"scheduler: {', '.join(a.scheduler.short)} short of allocatable"
@@ -128,15 +138,10 @@ def render(fleet: FleetAnswer, pod: Pod, origin: str, source: str, width: int) -
         else f"scheduler check: not made: {NO_SCHEDULER}",
     ]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=False)
-    for name, kw in (
-        ("NODE", {"overflow": "fold"}),
-        ("POLICY", {"overflow": "fold"}),
-        ("FITS", {}),
-        ("NUMA", {"overflow": "fold"}),
-        ("MORE", {"justify": "right"}),
-        ("WHY NOT", {"overflow": "fold", "ratio": 1}),
-    ):
-        table.add_column(name, **kw)
+    for name in ("NODE", "POLICY", "FITS", "NUMA"):
+        table.add_column(name, overflow="fold")
+    table.add_column("MORE", justify="right")
+    table.add_column("WHY NOT", overflow="fold")
     for a in fleet.nodes:
         p = a.facts.state.policies
         policy = f"{p.topology.value}/{p.scope.value}" + ("" if a.facts.policies_known else "?")
@@ -159,7 +164,7 @@ def render(fleet: FleetAnswer, pod: Pod, origin: str, source: str, width: int) -
     console.print(table)
     body = console.file.getvalue()  # type: ignore[attr-defined]
     lines = [printable(line) for line in head]
-    lines.append(body.rstrip("\n"))
+    lines.extend(line.rstrip() for line in body.rstrip("\n").split("\n"))
     lines.append(summary(fleet))
     lines.extend(printable(n) for n in _notes(fleet, pod))
     return "\n".join(lines) + "\n"

@@ -54,7 +54,6 @@ __all__ = [
     "SampleLike",
     "node_facts",
     "policies_from",
-    "state_key",
 ]
 
 NODE_INFO = "podres_node_info"
@@ -95,8 +94,8 @@ class SampleLike(Protocol):
 class NodeFacts:
     """One node's admission state and what the answer must say about it.
 
-    ``key``: :func:`state_key`, equal for nodes alike (their answers are alike: computed
-    once). ``notes``: what the answer rests on that may not hold (the
+    ``key``: the counts the state is made of, equal for nodes alike (their answers are
+    alike: computed once). ``notes``: what the answer rests on that may not hold (the
     policies assumed, the kubelet down and the data stale)."""
 
     node: str
@@ -175,6 +174,12 @@ def policies_from(labels: Mapping[str, str]) -> tuple[Policies, list[str]]:
     )
 
 
+def _frozen_value(value: Any, frozen: Any) -> Any:
+    if isinstance(value, Mapping):
+        return frozen(value)
+    return tuple(value) if isinstance(value, list) else value
+
+
 @dataclass
 class _Counts:
     """The counts one node's samples hold, by family."""
@@ -194,6 +199,18 @@ class _Counts:
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0]))
     )
     distances: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+
+    def key(self, policies: Policies) -> tuple[Any, ...]:
+        """Every count the state is made of, with the policies: one key, one state."""
+
+        def frozen(table: Mapping[Any, Any]) -> tuple[Any, ...]:
+            return tuple(sorted((k, _frozen_value(v, frozen)) for k, v in table.items()))
+
+        return (
+            policies, self.threads, frozen(self.cpus), frozen(self.free_cores),
+            frozen(self.registered), frozen(self.devices), frozen(self.healthy),
+            frozen(self.memory), frozen(self.distances),
+        )  # fmt: skip
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:  # noqa: PLR0912 - one branch per family
         numa = labels.get("numa_node", "")
@@ -329,39 +346,6 @@ def _devices(c: _Counts) -> tuple[dict[str, tuple[DeviceInfo, ...]], dict[str, f
     return devices, free_ids
 
 
-def state_key(state: NodeState) -> tuple[Any, ...]:
-    """What admission depends on, without ids: the policies, each NUMA node's cores (how
-    many of each core's CPUs are free, reserved, or taken), each resource's devices (NUMA
-    nodes, health, free) and memory, the distances. States with one key admit alike,
-    whatever ids their CPUs and devices have."""
-    free, reserved = state.free_cpus, state.reserved_cpus
-    cores: dict[tuple[int, int], list[int]] = {}
-    for c in state.cpus:
-        slot = cores.setdefault((c.numa, c.core), [0, 0, 0])
-        slot[0 if c.id in free else 1 if c.id in reserved else 2] += 1
-    per_numa: dict[int, list[tuple[int, ...]]] = defaultdict(list)
-    for (numa, _), counts in cores.items():
-        per_numa[numa].append(tuple(counts))
-    devices = tuple(
-        (r, tuple(sorted(
-            (tuple(sorted(d.numa)), d.healthy, d.id in state.free_devices.get(r, ())) for d in ds
-        )))
-        for r, ds in sorted(state.devices.items())
-    )  # fmt: skip
-    memory = tuple(
-        (kind, tuple((n, m.allocatable, m.free) for n, m in sorted(per.items())))
-        for kind, per in sorted(state.memory.items())
-    )
-    return (
-        state.policies,
-        state.nodes(),
-        tuple((n, tuple(sorted(per_numa[n]))) for n in sorted(per_numa)),
-        devices,
-        memory,
-        tuple((a, tuple(sorted(row.items()))) for a, row in sorted(state.distances.items())),
-    )
-
-
 def node_facts(node: str, samples: Iterable[SampleLike]) -> NodeFacts:
     """The admission state of ``node`` from its samples (every family of :data:`FAMILIES`
     it has; the others are ignored)."""
@@ -404,4 +388,4 @@ def node_facts(node: str, samples: Iterable[SampleLike]) -> NodeFacts:
         distances=distances,
         numa_nodes=tuple(sorted(c.cpus)),
     )
-    return NodeFacts(node, state, known, c.kubelet_up != 0, tuple(notes), state_key(state))
+    return NodeFacts(node, state, known, c.kubelet_up != 0, tuple(notes), c.key(policies))
