@@ -37,6 +37,9 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     offline_cpus = []                  # present but offline: not allocatable, not in sysfs
     cpu_policy = "static"              # | "none"
     memory_policy = "static"           # | "none"
+    threads_per_core = 2               # SMT: consecutive CPUs of a NUMA node share a core
+    topology_policy = "best-effort"    # | "none" | "restricted" | "single-numa-node"
+    topology_scope = "pod"             # | "container"
 
     [node.memory]                      # per NUMA node: one quantity for all, or one each
     memory = "120Gi"
@@ -92,7 +95,15 @@ from typing import Any, cast, get_args
 from podres_exporter.core.cpulist import parse_cpulist
 from podres_exporter.core.errors import ScenarioError
 from podres_exporter.core.kube import is_hugepages_name, parse_bytes, parse_millicpu
-from podres_sim.scenario.kinds import ContainerKind, CpuPolicy, MemoryPolicy, Naming, QoS
+from podres_sim.scenario.kinds import (
+    ContainerKind,
+    CpuPolicy,
+    MemoryPolicy,
+    Naming,
+    QoS,
+    TopologyPolicy,
+    TopologyScope,
+)
 from podres_sim.scenario.records import (
     ClaimDeviceSpec,
     ClaimSpec,
@@ -187,6 +198,9 @@ _NODE_KEYS = {
     "memory_policy",
     "memory",
     "devices",
+    "threads_per_core",
+    "topology_policy",
+    "topology_scope",
 }
 _DEVICE_KEYS = {"resource", "id", "ids", "numa", "healthy"}
 _POD_KEYS = {
@@ -406,6 +420,13 @@ class _Parser:
                 memory_policy=self.choice(data, "memory_policy", "node", "none", MemoryPolicy),
                 memory=memory,
                 devices=tuple(devices),
+                threads_per_core=self.integer(data, "threads_per_core", "node", 1),
+                topology_policy=self.choice(
+                    data, "topology_policy", "node", "none", TopologyPolicy
+                ),
+                topology_scope=self.choice(
+                    data, "topology_scope", "node", "container", TopologyScope
+                ),
             )
         except ScenarioError as exc:
             if exc.source != "<python>":

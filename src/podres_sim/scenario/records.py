@@ -39,6 +39,8 @@ from podres_sim.scenario.kinds import (
     Naming,
     QoS,
     RpcMode,
+    TopologyPolicy,
+    TopologyScope,
 )
 
 __all__ = [
@@ -91,6 +93,12 @@ class NodeSpec:
     memory_policy: MemoryPolicy = "none"
     memory: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     devices: tuple[DeviceSpec, ...] = ()
+    # SMT threads per physical core: a core is that many consecutive CPUs of a NUMA node's
+    # list (the host's thread_siblings_list). The Topology Manager's policy and scope, for
+    # the node's kubelet configuration file.
+    threads_per_core: int = 1
+    topology_policy: TopologyPolicy = "none"
+    topology_scope: TopologyScope = "container"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "memory", MappingProxyType(dict(self.memory)))
