@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from podres_exporter.core.errors import ConfigError, FetchError
-from podres_exporter.fit.state import FAMILIES, NODE_INFO, SampleLike
+from podres_exporter.fit.state import FAMILIES, NODE_INFO
 from podres_exporter.top.fetch import ExporterSource, PrometheusSource
 from podres_exporter.top.fetch.prometheus import node_names, with_node
-from podres_exporter.top.rows import Reading
+from podres_exporter.top.rows import AnySample, Reading
 
 __all__ = [
     "KSM_ALLOCATABLE",
@@ -87,7 +87,7 @@ class Snapshot:
     scheduler's view, waited for (None: kube-state-metrics is not where the nodes were
     read); ``close()`` gives up on it."""
 
-    nodes: Mapping[str, Sequence[SampleLike]]
+    nodes: Mapping[str, Sequence[AnySample]]
     description: str
     at: float
     scheduler: Callable[[], SchedulerFacts | None] = field(default=_nothing)
@@ -204,10 +204,10 @@ def _nodes(
     source: PrometheusSource,
     selector: str,
     answers: Mapping[str, list[tuple[dict[str, str], float]]],
-) -> dict[str, list[SampleLike]]:
+) -> dict[str, list[AnySample]]:
     """The samples of each node ``--node`` picks; FetchError when there are none."""
     names = node_names(answers[NODE_INFO])
-    nodes: dict[str, list[SampleLike]] = defaultdict(list)
+    nodes: dict[str, list[AnySample]] = defaultdict(list)
     seen: set[str] = set()
     for family in FAMILIES:
         for scraped, value in answers[family]:

@@ -32,7 +32,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from podres_exporter.core.topology import (
     MEMORY_TYPES,
@@ -46,12 +46,12 @@ from podres_exporter.core.topology import (
     Scope,
     TopologyPolicy,
 )
+from podres_exporter.top.rows import AnySample
 
 __all__ = [
     "FAMILIES",
     "NODE_INFO",
     "NodeFacts",
-    "SampleLike",
     "node_facts",
     "policies_from",
 ]
@@ -77,17 +77,6 @@ FAMILIES = (
 
 _FREE, _RESERVED, _EXCLUSIVE = "shared_free", "reserved", "exclusive"
 _DEVICE_STATES = ("free", "allocated", "allocated_unhealthy")
-
-
-class SampleLike(Protocol):
-    """A metric sample as every source gives it (ours, or prometheus_client's)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-    @property
-    def value(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -346,7 +335,7 @@ def _devices(c: _Counts) -> tuple[dict[str, tuple[DeviceInfo, ...]], dict[str, f
     return devices, free_ids
 
 
-def node_facts(node: str, samples: Iterable[SampleLike]) -> NodeFacts:
+def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
     """The admission state of ``node`` from its samples (every family of :data:`FAMILIES`
     it has; the others are ignored)."""
     c = _Counts()
