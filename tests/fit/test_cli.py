@@ -185,3 +185,21 @@ def test_output_to_a_closed_reader_is_quiet(exporter_url: str) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
     assert b"Traceback" not in err
+
+
+def test_source_from_its_variable_and_a_flag_wins(
+    exporter_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PODRES_FIT_EXPORTER names the source; a --prometheus flag overrides the variable."""
+    capsys.readouterr()
+    rc = main(["fit", "--cpu", "1", "-o", "json"], env={"PODRES_FIT_EXPORTER": exporter_url})
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert json.loads(out)["source"] == f"exporter {exporter_url}/metrics"
+    rc = main(
+        ["fit", "--cpu", "1", "--prometheus", f"127.0.0.1:{free_port()}"],
+        env={"PODRES_FIT_EXPORTER": exporter_url},
+    )
+    _, err = capsys.readouterr()
+    assert rc == 2
+    assert_one_error(err, "cannot reach Prometheus at")
