@@ -139,6 +139,8 @@ def test_scheduler_refusal_makes_a_node_unfit_and_bounds_the_count() -> None:
     ksm = SchedulerFacts({"a": room}, {"a": {"cpu": 56.0}}, {"a": 3})
     a = answer([gpu_node("a", (4, 4))], gpu_pod(1), ksm, limit=8).nodes[0]
     assert a.fits and a.more == 2  # 8 cores left for pods of 4
+    a = answer([gpu_node("a", (4, 4))], gpu_pod(1), ksm, limit=2).nodes[0]
+    assert a.more == 2 and not a.capped  # the kubelet's count stopped at 2; the scheduler's is 2
 
 
 def test_pod_request_is_the_larger_of_the_app_sum_and_the_largest_init() -> None:

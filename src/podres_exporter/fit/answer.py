@@ -167,7 +167,8 @@ def combine(judged: Iterable[Judged], pod: Pod, scheduler: SchedulerFacts | None
             None if scheduler is None else scheduler_verdict(j.facts.node, requests, scheduler)
         )
         count, capped = j.count, j.capped
-        if verdict is not None and verdict.count is not None and verdict.count < count:
+        # The scheduler's count, where it is the lower (or equal to a capped count), is exact.
+        if verdict is not None and verdict.count is not None and verdict.count <= count:
             count, capped = verdict.count, False
         if verdict is not None and not verdict.fits:
             count = 0
