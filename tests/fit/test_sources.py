@@ -208,14 +208,15 @@ def test_one_exporter_answers_its_node_and_says_the_scheduler_was_not_checked(
 
 
 def test_local_kubelet_is_the_default_source(make_sim: MakeSim) -> None:
-    """Without --exporter or --prometheus: the local kubelet socket, in a process of its own."""
+    """Without --exporter or --prometheus: the local kubelet socket, in a process of its own;
+    the policies from the kubelet's configuration file --kubelet-config names."""
     sim = make_sim("demo")
     host = sim.host  # type: ignore[attr-defined]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PODRES_")}
     proc = run_in_group(
         [sys.executable, "-m", "podres_exporter", "fit", "-o", "json", "--cpu", "1",
          "--kubelet-socket", str(sim.socket_path), "--path.sysfs", str(host.sysfs),
-         "--path.procfs", str(host.procfs)],
+         "--path.procfs", str(host.procfs), "--kubelet-config", str(host.kubelet_config)],
         timeout=60,
         env={**env, "NODE_NAME": "local-node"},
         stdin=subprocess.DEVNULL,
@@ -223,3 +224,5 @@ def test_local_kubelet_is_the_default_source(make_sim: MakeSim) -> None:
     assert proc.returncode == 0, proc.stderr
     (node,) = json.loads(proc.stdout)["nodes"]
     assert node["node"] == "local-node" and node["admitted"] is True
+    assert node["policies"]["known"] is True
+    assert node["policies"]["cpu_manager_policy"] == "static"

@@ -24,6 +24,7 @@ from podres_exporter.core.errors import ConfigError, FetchError
 from podres_exporter.daemon import logconf
 from podres_exporter.daemon.options import Option, given, resolve
 from podres_exporter.daemon.values import parse_text
+from podres_exporter.exporter.settings import BY_FLAG
 from podres_exporter.fit.answer import combine, judge
 from podres_exporter.fit.manifest import (
     GPU_RESOURCE,
@@ -64,6 +65,11 @@ SELECTOR = Option(
     'With --prometheus: only the series these label matchers pick (cluster="a",zone=~"eu-.*"); '
     "kube-state-metrics' too.",
     metavar="MATCHERS", env_prefix=_FIT,
+)  # fmt: skip
+# The local source's flags: top's, and the kubelet's files the exporter reads the policies
+# and the registered devices from (where they are not beside --kubelet-socket's root).
+FIT_LOCAL_OPTIONS: tuple[Option, ...] = (
+    *LOCAL_OPTIONS, BY_FLAG["--kubelet-config"], BY_FLAG["--kubelet-device-checkpoint"],
 )  # fmt: skip
 FIT_HTTP_OPTIONS = tuple(dataclasses.replace(o, env_prefix=_FIT) for o in HTTP_OPTIONS)
 REMOTE_OPTIONS: tuple[Option, ...] = (FIT_EXPORTER, FIT_PROMETHEUS, FIT_NODE, SELECTOR)
@@ -122,7 +128,7 @@ def add_fit_parser(subparsers: Any) -> None:
         help="one more container: cpu=4,memory=8Gi,nvidia.com/gpu=1; repeatable",
     )
     src = p.add_argument_group("source (without --exporter or --prometheus: the local node)")
-    for opt in (*REMOTE_OPTIONS, *FIT_HTTP_OPTIONS, *LOCAL_OPTIONS):
+    for opt in (*REMOTE_OPTIONS, *FIT_HTTP_OPTIONS, *FIT_LOCAL_OPTIONS):
         opt.add_to(src)
     show = p.add_argument_group("the answer")
     show.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="table or json")
@@ -150,7 +156,7 @@ class FitConfig:
 
 def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> FitConfig:
     """The source flags and ``PODRES_FIT_*`` variables (flags win); ConfigError naming a flag."""
-    flags = given(ns, (*REMOTE_OPTIONS, *FIT_HTTP_OPTIONS, *LOCAL_OPTIONS))
+    flags = given(ns, (*REMOTE_OPTIONS, *FIT_HTTP_OPTIONS, *FIT_LOCAL_OPTIONS))
     raw = {o.attr: resolve(o, flags, env) or "" for o in REMOTE_OPTIONS}
     if flags.get(FIT_EXPORTER.flag) and flags.get(FIT_PROMETHEUS.flag):
         raise ConfigError("--exporter and --prometheus are two sources: give one")
@@ -162,7 +168,7 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> FitConfig:
         if flags.get(opt.flag) and not prometheus:
             raise ConfigError(f"{opt.flag} picks nodes of Prometheus: give --prometheus URL too")
     if exporter or prometheus:
-        for opt in LOCAL_OPTIONS:
+        for opt in FIT_LOCAL_OPTIONS:
             if flags.get(opt.flag):
                 other = "--exporter" if exporter else "--prometheus"
                 raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
@@ -235,7 +241,7 @@ def read_nodes(cfg: FitConfig, ns: argparse.Namespace, env: Mapping[str, str]) -
         from podres_exporter.top.fetch import ExporterSource
 
         return read_exporter(ExporterSource(cfg.exporter, http=cfg.http))
-    local = local_source(ns, env, live=False)
+    local = local_source(ns, env, live=False, options=FIT_LOCAL_OPTIONS)
     try:
         return read_single(local.read(), local.description)
     finally:

@@ -270,18 +270,25 @@ def open_source(
     return local_source(ns, env, live=live)
 
 
-def local_source(ns: argparse.Namespace, env: Mapping[str, str], *, live: bool) -> LocalSource:
-    """The local node, read with :data:`LOCAL_OPTIONS` (flags, then their variables);
-    ``live``: the exporter's machinery logs nowhere (a line would tear a frame), else
-    errors only, to stderr. Raises ConfigError or FetchError."""
+def local_source(
+    ns: argparse.Namespace,
+    env: Mapping[str, str],
+    *,
+    live: bool,
+    options: tuple[Option, ...] = LOCAL_OPTIONS,
+) -> LocalSource:
+    """The local node, read with ``options`` (the exporter's flags of the local source:
+    :data:`LOCAL_OPTIONS`, or more; flags, then their variables); ``live``: the exporter's
+    machinery logs nowhere (a line would tear a frame), else errors only, to stderr.
+    Raises ConfigError or FetchError."""
     # Deferred, as the local source's own machinery is: another source never needs them.
     from podres_exporter import collectors
     from podres_exporter.exporter.settings import build as build_settings
 
-    flags = given(ns, LOCAL_OPTIONS)
+    flags = given(ns, options)
     # Only top's own variables: the exporter's others (PODRES_CONFIG, PODRES_KUBELET_TIMEOUT...)
     # are not top's settings, and one variable means one thing in every command.
-    own = {opt.env for opt in LOCAL_OPTIONS}
+    own = {opt.env for opt in options}
     local_env = {key: value for key, value in env.items() if key in own}
     settings = build_settings(flags, local_env, collector_names=tuple(collectors.BY_NAME))
     # The exporter's machinery logs; a log line would tear a live frame, and once only
