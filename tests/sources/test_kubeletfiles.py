@@ -50,6 +50,7 @@ def test_reads_a_json_configuration(tmp_path: Path) -> None:
         (b"\xff\xfe", "UTF-8"),
         (b"x" * (MAX_CONFIG_BYTES + 1), "larger than"),
         (b"cpuManagerPolicy: [static]\n", "cpuManagerPolicy"),
+        (b"[" * 5_000, "nested too deeply"),
     ],
 )
 def test_an_unusable_file_names_itself_and_the_flag(
@@ -118,4 +119,12 @@ def test_a_torn_checkpoint_names_the_flag(tmp_path: Path) -> None:
     path = tmp_path / "kubelet_internal_checkpoint"
     path.write_text('{"Data": {"Registered')
     with pytest.raises(SourceError, match="--kubelet-device-checkpoint"):
+        device_checkpoint_reader(str(path)).read()
+
+
+def test_a_deeply_nested_checkpoint_names_the_flag(tmp_path: Path) -> None:
+    """JSON nested past the interpreter's recursion limit: a SourceError naming the flag."""
+    path = tmp_path / "kubelet_internal_checkpoint"
+    path.write_text('{"Data": ' + "[" * 100_000)
+    with pytest.raises(SourceError, match=r"nested too deeply.*--kubelet-device-checkpoint"):
         device_checkpoint_reader(str(path)).read()

@@ -142,7 +142,7 @@ class DeviceCheckpoint:
 
 
 def _ids(value: object, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(i, str) for i in value):
+    if type(value) is not list or any(type(i) is not str for i in value):
         raise ValueError(f"{where}: expected a list of device ids")
     return value
 
@@ -150,7 +150,7 @@ def _ids(value: object, where: str) -> list[str]:
 def _entry_numa(entry: object, at: int, numa: dict[tuple[str, str], set[int] | None]) -> None:
     """Record the NUMA node of each device of one ``PodDeviceEntries`` item."""
     where = f"Data.PodDeviceEntries[{at}]"
-    if not isinstance(entry, Mapping):
+    if not isinstance(entry, dict):
         raise ValueError(f"{where}: expected an object")
     resource = entry.get("ResourceName")
     if not isinstance(resource, str):
@@ -159,7 +159,7 @@ def _entry_numa(entry: object, at: int, numa: dict[tuple[str, str], set[int] | N
     if isinstance(by_numa, list):  # before kubelet 1.20: no NUMA recorded
         _ids(by_numa, f"{where}.DeviceIDs")
         return
-    if not isinstance(by_numa, Mapping):
+    if not isinstance(by_numa, dict):
         raise ValueError(f"{where}.DeviceIDs: expected a map of NUMA nodes to device ids")
     for key, ids in by_numa.items():
         try:
@@ -175,15 +175,15 @@ def _entry_numa(entry: object, at: int, numa: dict[tuple[str, str], set[int] | N
 
 
 def device_checkpoint(data: object) -> DeviceCheckpoint:
-    """The registered devices and recorded placements of a decoded checkpoint;
-    ValueError naming the part that has the wrong shape."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("Data"), Mapping):
+    """The registered devices and recorded placements of a decoded checkpoint (JSON:
+    dicts, lists and strings); ValueError naming the part that has the wrong shape."""
+    if not isinstance(data, dict) or not isinstance(data.get("Data"), dict):
         raise ValueError("expected an object with a 'Data' object")
     body = data["Data"]
     registered_data = body.get("RegisteredDevices")
     if registered_data is None:
         registered_data = {}
-    if not isinstance(registered_data, Mapping):
+    if not isinstance(registered_data, dict):
         raise ValueError("Data.RegisteredDevices: expected a map of resources to device ids")
     registered = {
         str(resource): tuple(sorted(set(_ids(ids, f"Data.RegisteredDevices[{resource!r}]"))))

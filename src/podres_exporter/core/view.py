@@ -121,7 +121,9 @@ class NodeView:
 
 def _registered(snapshot: Snapshot, previous: NodeView | None) -> RegisteredDevices | None:
     """The registered devices of the snapshot's checkpoint, placed by its reading and by
-    what the previous view knew; the previous view's own while nothing changed."""
+    what the previous view knew; the previous view's own while the checkpoint and the
+    kubelet's state are the same and the hardware could place nothing more (it places only
+    the devices nothing else does: none, or the same telemetry)."""
     telemetry = snapshot.telemetry
     if telemetry is None or telemetry.device_checkpoint is None:
         return None
@@ -133,9 +135,14 @@ def _registered(snapshot: Snapshot, previous: NodeView | None) -> RegisteredDevi
         and last is not None
         and last.telemetry is not None
         and last.telemetry.device_checkpoint is checkpoint
-        and last.telemetry.devices is telemetry.devices
-        and last.telemetry.gpus is telemetry.gpus
         and _same_reading(last.reading, snapshot.reading)
+        and (
+            before.all_placed
+            or (
+                last.telemetry.devices is telemetry.devices
+                and last.telemetry.gpus is telemetry.gpus
+            )
+        )
     ):
         return before
     return registered_devices(checkpoint, snapshot.reading, before, hardware_numa(telemetry))

@@ -8,7 +8,7 @@ is not seen here. The decoded data becomes a
 :class:`~podres_exporter.core.kubeletfiles.KubeletConfig` (defaults filled in) in the core.
 
 Reads are bounded (:data:`MAX_CONFIG_BYTES`) and a file unchanged since the last read
-(the same inode, size and modification time) is not read again. A failure is a
+(the same device, inode, size and modification time) is not opened again. A failure is a
 :class:`~podres_exporter.core.errors.SourceError` naming the file and the flag to set.
 """
 
@@ -56,12 +56,22 @@ class FileReader(Generic[_T]):
 
     def read(self) -> _T:
         """The decoded file; SourceError naming the file and the flag when it cannot be
-        read or decoded."""
+        read or decoded. A file whose identity is unchanged is not opened."""
+        if self._value is not None:
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                pass  # said below, by the read itself
+            else:
+                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == self._key:
+                    return self._value
         key, data = read_bounded(self.path, self.max_bytes, self.flag)
-        if key == self._key and self._value is not None:
-            return self._value
         try:
             value = self._decode(data)
+        except RecursionError:
+            raise SourceError(
+                f"{self.path}: nested too deeply (set {self.flag} to the kubelet's file)"
+            ) from None
         except (ValueError, yaml.YAMLError) as err:
             raise SourceError(
                 f"{self.path}: {err} (set {self.flag} to the kubelet's file)"

@@ -6,8 +6,9 @@ from types import MappingProxyType
 
 from podres_exporter.core.accounting.registered import hardware_numa, registered_devices
 from podres_exporter.core.kubeletfiles import DeviceCheckpoint
-from podres_exporter.core.model import Allocatable, ContainerAlloc, DeviceRef
+from podres_exporter.core.model import Allocatable, ContainerAlloc, DeviceRef, NodeTopology
 from podres_exporter.core.telemetry import PciReading, SysfsDevices, Telemetry
+from podres_exporter.core.view import NodeView, Snapshot
 from tests.core.accounting.support import GPU, pod, reading
 
 VF = "intel.com/sriov"
@@ -61,3 +62,25 @@ def test_memory_is_bounded_by_the_registered_devices() -> None:
     gone = registered_devices(checkpoint({GPU: ("g1",)}), None, first)
     assert dict(gone.known_numa) == {}
     assert dict(gone.counts) == {(GPU, None): 1}
+
+
+def test_a_view_reuses_the_count_while_nothing_that_places_a_device_changed() -> None:
+    """The same checkpoint and kubelet state: the previous view's count itself, whatever
+    the telemetry does once every device is placed; new telemetry is looked at while one
+    is not."""
+    topo = NodeTopology(frozenset({0}))
+    r = reading((), Allocatable(devices=(DeviceRef(VF, "0000:af:02.0", (0,)),)))
+    placed = checkpoint({VF: ("0000:af:02.0",)})
+    unplaced = checkpoint({VF: ("0000:af:02.0", "0000:af:02.7")})
+
+    def view(cp: DeviceCheckpoint, numa: int | None, before: NodeView | None) -> NodeView:
+        pci = SysfsDevices(pci=(PciReading("0000:af:02.7", numa_node=numa),))
+        telemetry = Telemetry(devices=pci, device_checkpoint=cp)
+        return NodeView.of(Snapshot(1, 0.0, topo, r, True, telemetry=telemetry), before)
+
+    first = view(placed, None, None)
+    assert view(placed, 1, first).registered is first.registered
+    waiting = view(unplaced, None, None)
+    assert waiting.registered is not None and not waiting.registered.all_placed
+    found = view(unplaced, 1, waiting).registered
+    assert found is not None and dict(found.counts) == {(VF, "0"): 1, (VF, "1"): 1}

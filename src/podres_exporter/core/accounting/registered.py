@@ -45,6 +45,11 @@ class RegisteredDevices:
     )
     known_numa: Mapping[DeviceKey, NumaNodes] = field(default_factory=lambda: MappingProxyType({}))
 
+    @property
+    def all_placed(self) -> bool:
+        """Whether every registered device has a known NUMA placement."""
+        return all(numa is not None for _, numa in self.counts)
+
 
 def _placements(reading: KubeletReading | None) -> tuple[dict[DeviceKey, NumaNodes], ...]:
     """What this reading places: the allocatable devices, then the held ones."""
@@ -79,21 +84,6 @@ def hardware_numa(telemetry: Telemetry | None) -> dict[str, int]:
     return out
 
 
-def _by_hardware(
-    registered: Mapping[str, tuple[str, ...]], hardware: Mapping[str, int]
-) -> dict[DeviceKey, NumaNodes]:
-    """The registered devices whose id names a device the hardware placed."""
-    if not hardware:
-        return {}
-    out: dict[DeviceKey, NumaNodes] = {}
-    for resource, ids in registered.items():
-        for device in ids:
-            node = hardware.get(resolve(resource, device).key)
-            if node is not None:
-                out[(resource, device)] = (node,)
-    return out
-
-
 def registered_devices(
     checkpoint: DeviceCheckpoint,
     reading: KubeletReading | None,
@@ -107,19 +97,33 @@ def registered_devices(
         *_placements(reading),
         checkpoint.allocated_numa,
         before.known_numa if before is not None else {},
-        _by_hardware(checkpoint.registered, hardware or {}),
     )
+    hardware = hardware or {}
     counts: dict[tuple[str, str | None], int] = {}
     known: dict[DeviceKey, NumaNodes] = {}
     for resource, ids in checkpoint.registered.items():
         for device in ids:
             key = (resource, device)
-            for source in sources:
-                if key in source:
-                    known[key] = source[key]
-                    label: str | None = numa_label(source[key])
-                    break
-            else:
-                label = None
+            found, placed = _placed(key, sources, hardware)
+            label: str | None = None
+            if found:
+                known[key] = placed
+                label = numa_label(placed)
             counts[(resource, label)] = counts.get((resource, label), 0) + 1
     return RegisteredDevices(MappingProxyType(counts), MappingProxyType(known))
+
+
+def _placed(
+    key: DeviceKey, sources: tuple[Mapping[DeviceKey, NumaNodes], ...], hardware: Mapping[str, int]
+) -> tuple[bool, NumaNodes]:
+    """Whether ``key`` is placed, and where: by the first of ``sources`` that has it, else
+    by the hardware (the id resolved only then: resolving every id costs more than the
+    rest of the count)."""
+    for source in sources:
+        if key in source:
+            return True, source[key]
+    if hardware:
+        node = hardware.get(resolve(*key).key)
+        if node is not None:
+            return True, (node,)
+    return False, None
