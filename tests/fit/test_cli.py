@@ -74,8 +74,8 @@ def exporter_url(make_sim: MakeSim, make_exporter: Callable[..., Exporter]) -> s
         (["-f", "/nonexistent/pod.yaml"], ["-f /nonexistent/pod.yaml: No such file"]),
         (["-f", "x.yaml", "--cpu", "1"], ["-f and --cpu both name the pod"]),
         (["--name", "x", "--cpu", "1"], ["--name picks a workload of a manifest"]),
-        (["--node", "a", "--cpu", "1"], ["--node picks nodes of Prometheus"]),
-        (["--selector", 'a="b"', "--cpu", "1"], ["--selector picks nodes of Prometheus"]),
+        (["--node", "a", "--cpu", "1"], ["--node picks a node of Prometheus"]),
+        (["--selector", 'a="b"', "--cpu", "1"], ["--selector picks series of Prometheus"]),
         (
             ["--prometheus", "http://p:9090", "--selector", "cluster=a", "--cpu", "1"],
             ["--selector 'cluster=a': expected label matchers"],

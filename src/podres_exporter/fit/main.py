@@ -50,8 +50,10 @@ from podres_exporter.top.main import (
     LOCAL_OPTIONS,
     NODE,
     PROMETHEUS,
+    SourceFlags,
     http_settings,
     local_source,
+    source_urls,
 )
 
 __all__ = ["FitConfig", "add_fit_parser", "config_from", "run_fit"]
@@ -73,6 +75,12 @@ FIT_LOCAL_OPTIONS: tuple[Option, ...] = (
 )  # fmt: skip
 FIT_HTTP_OPTIONS = tuple(dataclasses.replace(o, env_prefix=_FIT) for o in HTTP_OPTIONS)
 REMOTE_OPTIONS: tuple[Option, ...] = (FIT_EXPORTER, FIT_PROMETHEUS, FIT_NODE, SELECTOR)
+FIT_SOURCES = SourceFlags(
+    exporter=FIT_EXPORTER,
+    prometheus=FIT_PROMETHEUS,
+    picks=((FIT_NODE, "a node"), (SELECTOR, "series")),
+    local=FIT_LOCAL_OPTIONS,
+)
 OUTPUTS = ("table", "json")
 DEFAULT_LIMIT = 64
 MAX_LIMIT = 10_000
@@ -157,21 +165,8 @@ class FitConfig:
 def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> FitConfig:
     """The source flags and ``PODRES_FIT_*`` variables (flags win); ConfigError naming a flag."""
     flags = given(ns, (*REMOTE_OPTIONS, *FIT_HTTP_OPTIONS, *FIT_LOCAL_OPTIONS))
-    raw = {o.attr: resolve(o, flags, env) or "" for o in REMOTE_OPTIONS}
-    if flags.get(FIT_EXPORTER.flag) and flags.get(FIT_PROMETHEUS.flag):
-        raise ConfigError("--exporter and --prometheus are two sources: give one")
-    exporter = "" if flags.get(FIT_PROMETHEUS.flag) else raw["exporter"]
-    prometheus = "" if flags.get(FIT_EXPORTER.flag) else raw["prometheus"]
-    if exporter and prometheus:
-        raise ConfigError(f"{FIT_EXPORTER.env} and {FIT_PROMETHEUS.env} are both set: unset one")
-    for opt in (FIT_NODE, SELECTOR):
-        if flags.get(opt.flag) and not prometheus:
-            raise ConfigError(f"{opt.flag} picks nodes of Prometheus: give --prometheus URL too")
-    if exporter or prometheus:
-        for opt in FIT_LOCAL_OPTIONS:
-            if flags.get(opt.flag):
-                other = "--exporter" if exporter else "--prometheus"
-                raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
+    exporter, prometheus = source_urls(flags, env, FIT_SOURCES)
+    raw = {o.attr: resolve(o, flags, env) or "" for o in (FIT_NODE, SELECTOR)}
     http = http_settings(flags, env, remote=bool(exporter or prometheus), options=FIT_HTTP_OPTIONS)
     return FitConfig(
         exporter=exporter,

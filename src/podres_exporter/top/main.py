@@ -194,21 +194,7 @@ class TopConfig:
 def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     """The command line and ``PODRES_TOP_*`` variables (flags win); ConfigError naming a flag."""
     flags = given(ns, (*SOURCE_OPTIONS, INTERVAL))
-    raw = {o.attr: resolve(o, flags, env) or "" for o in (EXPORTER, PROMETHEUS, NODE)}
-    if flags.get(EXPORTER.flag) and flags.get(PROMETHEUS.flag):
-        raise ConfigError("--exporter and --prometheus are two sources: give one")
-    # A variable for one source never fights a flag for the other.
-    exporter = "" if flags.get(PROMETHEUS.flag) else raw["exporter"]
-    prometheus = "" if flags.get(EXPORTER.flag) else raw["prometheus"]
-    if exporter and prometheus:
-        raise ConfigError(f"{EXPORTER.env} and {PROMETHEUS.env} are both set: unset one")
-    if flags.get(NODE.flag) and not prometheus:
-        raise ConfigError("--node picks a node of Prometheus: give --prometheus URL too")
-    if exporter or prometheus:
-        for opt in LOCAL_OPTIONS:
-            if flags.get(opt.flag):
-                other = "--exporter" if exporter else "--prometheus"
-                raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
+    exporter, prometheus = source_urls(flags, env)
     interval = resolve(INTERVAL, flags, env)
     http = http_settings(flags, env, remote=bool(exporter or prometheus))
     options = Options(
@@ -222,13 +208,53 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     return TopConfig(
         exporter=exporter,
         prometheus=prometheus,
-        node=raw["node"] if prometheus else "",
+        node=(resolve(NODE, flags, env) or "") if prometheus else "",
         http=http,
         interval_s=interval,
         options=options,
         output=ns.output,
         once=ns.once,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFlags:
+    """The options that name a command's source: top's, or a command's own copies.
+    ``picks``: options that pick among Prometheus' nodes, with what they pick; ``local``:
+    the local source's."""
+
+    exporter: Option = EXPORTER
+    prometheus: Option = PROMETHEUS
+    picks: tuple[tuple[Option, str], ...] = ((NODE, "a node"),)
+    local: tuple[Option, ...] = LOCAL_OPTIONS
+
+
+TOP_SOURCES = SourceFlags()
+
+
+def source_urls(
+    flags: Mapping[str, Any], env: Mapping[str, str], options: SourceFlags = TOP_SOURCES
+) -> tuple[str, str]:
+    """The exporter's and Prometheus' URLs the flags and variables name, at most one;
+    ConfigError naming the flag when two sources are named, when an option of ``picks``
+    is given without Prometheus, or one of ``local`` with a network source."""
+    exporter, prometheus = options.exporter, options.prometheus
+    if flags.get(exporter.flag) and flags.get(prometheus.flag):
+        raise ConfigError("--exporter and --prometheus are two sources: give one")
+    # A variable for one source never fights a flag for the other.
+    url = "" if flags.get(prometheus.flag) else resolve(exporter, flags, env) or ""
+    prom = "" if flags.get(exporter.flag) else resolve(prometheus, flags, env) or ""
+    if url and prom:
+        raise ConfigError(f"{exporter.env} and {prometheus.env} are both set: unset one")
+    for opt, what in options.picks:
+        if flags.get(opt.flag) and not prom:
+            raise ConfigError(f"{opt.flag} picks {what} of Prometheus: give --prometheus URL too")
+    if url or prom:
+        for opt in options.local:
+            if flags.get(opt.flag):
+                other = "--exporter" if url else "--prometheus"
+                raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
+    return url, prom
 
 
 def http_settings(
