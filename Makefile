@@ -97,6 +97,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/http_libraries.py
 	$(BIN)/python bench/plugin.py
 	$(BIN)/python bench/top.py
+	$(BIN)/python bench/fit.py
 
 ## image: the container image, tagged $(IMAGE) (podman, else docker); IMAGE=... to retag,
 ## IMAGE_BUILD_FLAGS=... for extra build flags (network, build secrets: see the Dockerfile)

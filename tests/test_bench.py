@@ -118,3 +118,27 @@ def test_quick_http_libraries_benchmark_compares_each_cell() -> None:
     heads = lines[start + 3 :]
     assert len(heads) == 9, done.stdout
     assert all(re.search(r" 4[0-9][0-9], closed +\S+, \S+ +\S+, \S+$", h) for h in heads), heads
+
+
+@pytest.mark.slow  # backfills a Prometheus and runs podres fit as processes
+@pytest.mark.prometheus
+@pytest.mark.timeout(240)
+def test_fit_benchmark_answers_every_node_of_the_fleet() -> None:
+    """bench/fit.py on a small fleet: every node answered through a real Prometheus, each
+    way to start the command timed beside the target, with its CPU and Prometheus'."""
+    done = run_in_group(
+        [sys.executable, str(ROOT / "bench" / "fit.py"), "--nodes", "20", "--runs", "1"],
+        timeout=200,
+        cwd=ROOT / "bench",
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout
+    assert out.startswith("fleet: 20 nodes, "), out
+    rows = re.findall(
+        r"^(podres fit|-m podres_exporter\.fit) --prometheus over 20 nodes: median", out, re.M
+    )
+    assert rows == ["podres fit", "-m podres_exporter.fit"], out
+    assert (
+        len(re.findall(r"CPU a run \(median\): podres fit [0-9.]+ s, Prometheus [0-9.]+ s", out))
+        == 2
+    )

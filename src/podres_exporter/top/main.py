@@ -194,23 +194,9 @@ class TopConfig:
 def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     """The command line and ``PODRES_TOP_*`` variables (flags win); ConfigError naming a flag."""
     flags = given(ns, (*SOURCE_OPTIONS, INTERVAL))
-    raw = {o.attr: resolve(o, flags, env) or "" for o in (EXPORTER, PROMETHEUS, NODE)}
-    if flags.get(EXPORTER.flag) and flags.get(PROMETHEUS.flag):
-        raise ConfigError("--exporter and --prometheus are two sources: give one")
-    # A variable for one source never fights a flag for the other.
-    exporter = "" if flags.get(PROMETHEUS.flag) else raw["exporter"]
-    prometheus = "" if flags.get(EXPORTER.flag) else raw["prometheus"]
-    if exporter and prometheus:
-        raise ConfigError(f"{EXPORTER.env} and {PROMETHEUS.env} are both set: unset one")
-    if flags.get(NODE.flag) and not prometheus:
-        raise ConfigError("--node picks a node of Prometheus: give --prometheus URL too")
-    if exporter or prometheus:
-        for opt in LOCAL_OPTIONS:
-            if flags.get(opt.flag):
-                other = "--exporter" if exporter else "--prometheus"
-                raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
+    exporter, prometheus = source_urls(flags, env)
     interval = resolve(INTERVAL, flags, env)
-    http = _http_settings(flags, env, remote=bool(exporter or prometheus))
+    http = http_settings(flags, env, remote=bool(exporter or prometheus))
     options = Options(
         view=ns.view,
         sort=ns.sort,
@@ -222,7 +208,7 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     return TopConfig(
         exporter=exporter,
         prometheus=prometheus,
-        node=raw["node"] if prometheus else "",
+        node=(resolve(NODE, flags, env) or "") if prometheus else "",
         http=http,
         interval_s=interval,
         options=options,
@@ -231,16 +217,61 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     )
 
 
-def _http_settings(
-    flags: Mapping[str, Any], env: Mapping[str, str], *, remote: bool
+@dataclass(frozen=True, slots=True)
+class SourceFlags:
+    """The options that name a command's source: top's, or a command's own copies.
+    ``picks``: options that pick among Prometheus' nodes, with what they pick; ``local``:
+    the local source's."""
+
+    exporter: Option = EXPORTER
+    prometheus: Option = PROMETHEUS
+    picks: tuple[tuple[Option, str], ...] = ((NODE, "a node"),)
+    local: tuple[Option, ...] = LOCAL_OPTIONS
+
+
+TOP_SOURCES = SourceFlags()
+
+
+def source_urls(
+    flags: Mapping[str, Any], env: Mapping[str, str], options: SourceFlags = TOP_SOURCES
+) -> tuple[str, str]:
+    """The exporter's and Prometheus' URLs the flags and variables name, at most one;
+    ConfigError naming the flag when two sources are named, when an option of ``picks``
+    is given without Prometheus, or one of ``local`` with a network source."""
+    exporter, prometheus = options.exporter, options.prometheus
+    if flags.get(exporter.flag) and flags.get(prometheus.flag):
+        raise ConfigError("--exporter and --prometheus are two sources: give one")
+    # A variable for one source never fights a flag for the other.
+    url = "" if flags.get(prometheus.flag) else resolve(exporter, flags, env) or ""
+    prom = "" if flags.get(exporter.flag) else resolve(prometheus, flags, env) or ""
+    if url and prom:
+        raise ConfigError(f"{exporter.env} and {prometheus.env} are both set: unset one")
+    for opt, what in options.picks:
+        if flags.get(opt.flag) and not prom:
+            raise ConfigError(f"{opt.flag} picks {what} of Prometheus: give --prometheus URL too")
+    if url or prom:
+        for opt in options.local:
+            if flags.get(opt.flag):
+                other = "--exporter" if url else "--prometheus"
+                raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
+    return url, prom
+
+
+def http_settings(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    remote: bool,
+    options: tuple[Option, ...] = HTTP_OPTIONS,
 ) -> HttpSettings:
-    """The settings of the network sources; ConfigError naming a flag."""
+    """The settings of the network sources (``options``: the flags and variables that set
+    them, :data:`HTTP_OPTIONS` or a command's own copies); ConfigError naming a flag."""
     if not remote:
-        for opt in HTTP_OPTIONS:
+        for opt in options:
             if flags.get(opt.flag):
                 raise ConfigError(f"{opt.flag} is for --exporter or --prometheus: give one")
         return HttpSettings()
-    v = {opt.attr: resolve(opt, flags, env) for opt in HTTP_OPTIONS}
+    v = {opt.attr: resolve(opt, flags, env) for opt in options}
     user, password_file = v["username"] or "", v["password_file"]
     if bool(user) != bool(password_file):
         raise ConfigError("--auth-user and --auth-password-file go together: give both")
@@ -262,14 +293,28 @@ def open_source(
         return ExporterSource(cfg.exporter, http=cfg.http)
     if cfg.prometheus:
         return PrometheusSource(cfg.prometheus, node=cfg.node, http=cfg.http)
+    return local_source(ns, env, live=live)
+
+
+def local_source(
+    ns: argparse.Namespace,
+    env: Mapping[str, str],
+    *,
+    live: bool,
+    options: tuple[Option, ...] = LOCAL_OPTIONS,
+) -> LocalSource:
+    """The local node, read with ``options`` (the exporter's flags of the local source:
+    :data:`LOCAL_OPTIONS`, or more; flags, then their variables); ``live``: the exporter's
+    machinery logs nowhere (a line would tear a frame), else errors only, to stderr.
+    Raises ConfigError or FetchError."""
     # Deferred, as the local source's own machinery is: another source never needs them.
     from podres_exporter import collectors
     from podres_exporter.exporter.settings import build as build_settings
 
-    flags = given(ns, LOCAL_OPTIONS)
+    flags = given(ns, options)
     # Only top's own variables: the exporter's others (PODRES_CONFIG, PODRES_KUBELET_TIMEOUT...)
     # are not top's settings, and one variable means one thing in every command.
-    own = {opt.env for opt in LOCAL_OPTIONS}
+    own = {opt.env for opt in options}
     local_env = {key: value for key, value in env.items() if key in own}
     settings = build_settings(flags, local_env, collector_names=tuple(collectors.BY_NAME))
     # The exporter's machinery logs; a log line would tear a live frame, and once only

@@ -198,6 +198,7 @@ class HttpClient:
         conn = self._connection(parts)
         deadline = _Deadline(self.settings.timeout_s)
         answered = False
+        resp: http.client.HTTPResponse | None = None
         try:
             if isinstance(conn, _HttpsConnection):
                 conn.on_connect = deadline.watch  # the handshake within the deadline too
@@ -213,6 +214,8 @@ class HttpClient:
             raise self._failure(err, what, answered=answered, passed=deadline.passed) from None
         finally:
             deadline.end()
+            if resp is not None:  # an answer refused unread holds the socket open
+                resp.close()
             conn.close()
         if deadline.passed:  # the socket shut at the deadline reads as the answer's end
             raise self._failure(TimeoutError(), what, answered=True, passed=True)
