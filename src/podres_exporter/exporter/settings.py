@@ -25,6 +25,7 @@ from podres_exporter.buildinfo import BuildInfo, build_info
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.core.limits import DEFAULT_LIMITS, AnswerLimits
+from podres_exporter.core.podlabels import parse_allowlist
 from podres_exporter.daemon.flags import (
     KUBELET_SOCKET,
     LOG_FORMAT,
@@ -165,6 +166,11 @@ OPTIONS: tuple[Option, ...] = (
            "lookup). Each costs about 4 KiB of kernel memory on sysfs, charged to the pod. At "
            "most a quarter of the open-file limit is used. 0: every file is opened and closed "
            "at every poll."),
+    Option("--pod-labels", "pod_labels", parse_allowlist, "",
+           "Comma-separated pod label keys served on podres_pod_labels_info, as "
+           "label_<key> (kube-state-metrics' naming); '*' stands for any run of characters "
+           "(app.kubernetes.io/*, or * for every label). Empty (the default): none.",
+           metavar="KEYS"),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
@@ -232,6 +238,8 @@ class Settings:
     log_level: str
     log_format: str
     web_config_file: str | None = None
+    # --pod-labels: the pod label keys and patterns served (empty: none).
+    pod_labels: tuple[str, ...] = ()
     # --node-name, else NODE_NAME, else the host name: resolved by build().
     node_name: str = ""
     # The build's version, revision and Python version (podres_build_info).
