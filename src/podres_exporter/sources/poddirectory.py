@@ -44,6 +44,16 @@ class DirectorySettings(Protocol):
     @property
     def path_pod_logs(self) -> str: ...
 
+    @property
+    def kubelet_pods_api_socket(self) -> str | None: ...
+
+
+def pods_api_path(settings: DirectorySettings) -> Path:
+    """The Pods API socket: as set, else found beside the pod-resources socket."""
+    if settings.kubelet_pods_api_socket:
+        return Path(settings.kubelet_pods_api_socket)
+    return pods_api_socket(settings.kubelet_socket)
+
 
 def build_directory_sources(settings: DirectorySettings) -> dict[Route, PodDirectorySource]:
     """Every route's reader for this node (none is started yet)."""
