@@ -52,6 +52,7 @@ def test_the_registry_names_order_and_defaults() -> None:
         "drm",
         "cpu_usage",
         "placement",
+        "pods",
     ]
     assert all(c.default_enabled for c in ALL)
 

@@ -26,7 +26,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 VOLATILE = re.compile(
     r"^podres_(collector_duration_seconds|kubelet_request_duration_seconds_(bucket|sum)"
     r"|kubelet_last_success_timestamp_seconds|source_duration_seconds"
-    r"|source_last_success_timestamp_seconds)\b"
+    r"|source_last_success_timestamp_seconds|pod_identity_source_last_success_timestamp_seconds)\b"
 )
 # Rendered per scrape, after the cached part: not a function of the reading.
 PER_SCRAPE = re.compile(r"^(# (HELP|TYPE) )?(podres_snapshot_age_seconds|process_)")

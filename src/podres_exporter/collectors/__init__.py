@@ -30,6 +30,7 @@ from podres_exporter.collectors import (
     net,
     pci,
     placement,
+    pods,
     telemetry_sources,
 )
 from podres_exporter.collectors.base import Collector, RenderContext
@@ -51,6 +52,7 @@ ALL: tuple[Collector, ...] = (
     drm.COLLECTOR,
     cpu_usage.COLLECTOR,
     placement.COLLECTOR,
+    pods.COLLECTOR,
 )
 BY_NAME: Mapping[str, Collector] = {c.name: c for c in ALL}
 

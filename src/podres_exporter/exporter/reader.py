@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -44,6 +44,8 @@ from podres_exporter.core.model import (
     PodLiveness,
     RequestStats,
 )
+from podres_exporter.core.podidentity import PodIdentity
+from podres_exporter.core.podlabels import Allowlist
 from podres_exporter.core.telemetry import SourceStatus, Telemetry
 from podres_exporter.core.view import NodeView, Snapshot
 from podres_exporter.exporter.settings import Settings
@@ -51,6 +53,7 @@ from podres_exporter.sources.cputopology import TopologyCache, read_topology
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
+from podres_exporter.sources.poddirectory import IdentityReader, build_directory_sources
 from podres_exporter.sources.procfs import ContainerIndexCache, read_cpu_times, read_pid_cgroups
 from podres_exporter.sources.sysfs import StaticCache, read_devices
 
@@ -317,6 +320,7 @@ class Observation:
     ``reading`` None: the kubelet could not be read (``kubelet_error``).
     ``telemetry`` None: no telemetry source is enabled.
     ``liveness`` None: not read (no reading, or no liveness source).
+    ``identity`` None: no pod-identity route is read.
     """
 
     topology: NodeTopology | None
@@ -327,6 +331,7 @@ class Observation:
     stats: RequestStats
     taken_at: float
     liveness: PodLiveness | None = None
+    identity: PodIdentity | None = None
 
 
 class NodeReader:
@@ -335,7 +340,8 @@ class NodeReader:
     Build it with :meth:`from_settings` (what every command does); the parts can be
     injected for tests. ``gpu_backend``: NVML by default, opened only when the gpu
     collector is on; a backend passed in is the caller's to close. ``telemetry``
-    False reads the kubelet and the topology only.
+    False reads the kubelet and the topology only. ``identity``: the pod-identity routes
+    (started by the caller; :meth:`close` stops them when they are among ``owned``).
     """
 
     def __init__(
@@ -349,9 +355,11 @@ class NodeReader:
         owned: Iterable[Callable[[], None]] = (),
         wall_clock: Callable[[], float] = time.time,
         liveness: Callable[[], PodLiveness] | None = None,
+        identity: IdentityReader | None = None,
     ) -> None:
         self.kubelet = kubelet
         self._liveness = liveness
+        self._identity = identity
         self.enabled = tuple(enabled)
         self._read_topology = read_topology
         self._runner = runner
@@ -380,6 +388,11 @@ class NodeReader:
             wall_clock=wall_clock,
         )
         owned: list[Callable[[], None]] = [client.close]
+        identity = IdentityReader(
+            build_directory_sources(settings), Allowlist.of(settings.pod_labels)
+        )
+        identity.start()
+        owned.append(identity.stop)
         runner = None
         if telemetry:
             own_backend = None
@@ -409,6 +422,7 @@ class NodeReader:
             gpu_resources=settings.gpu_resources,
             owned=owned,
             wall_clock=wall_clock,
+            identity=identity,
         )
 
     @property
@@ -431,11 +445,10 @@ class NodeReader:
             reading = self.kubelet.read()
         except KubeletError as err:
             kubelet_error = err
+        identity = self._identity.read() if self._identity is not None else None
         liveness = None
-        if reading is not None and self._liveness is not None:
-            # Read only when some device or CPU is listed by several pods (a kubelet
-            # before 1.34 listing a finished pod): never on most nodes.
-            liveness = self._liveness() if contested(reading) else NOTHING_CONTESTED
+        if reading is not None:
+            liveness = self._read_liveness(reading, identity)
         telemetry = self._runner.collect() if self._runner is not None else None
         return Observation(
             topology=topology,
@@ -446,7 +459,22 @@ class NodeReader:
             stats=self.kubelet.stats(),
             taken_at=self._wall(),
             liveness=liveness,
+            identity=identity,
         )
+
+    def _read_liveness(
+        self, reading: KubeletReading, identity: PodIdentity | None
+    ) -> PodLiveness | None:
+        """Which listed pods still run: read only when some device or CPU is listed by
+        several pods (a kubelet before 1.34 listing a finished pod), never on most nodes;
+        the pods' phases, where a route gives them, settle them first."""
+        if not contested(reading):
+            return NOTHING_CONTESTED if self._liveness is not None else None
+        phases = identity.phases if identity is not None and identity.phases else None
+        if self._liveness is None:
+            return None if phases is None else PodLiveness(None, None, phases)
+        liveness = self._liveness()
+        return liveness if phases is None else replace(liveness, phases=phases)
 
     def view(
         self,
@@ -469,6 +497,9 @@ class NodeReader:
         reading, liveness = seen.reading, seen.liveness
         if reading is None and last is not None:
             reading, liveness = last.reading, last.liveness
+        identity = seen.identity
+        if identity is None and last is not None:
+            identity = last.identity
         error = seen.kubelet_error
         snap = Snapshot(
             generation=generation,
@@ -481,6 +512,7 @@ class NodeReader:
             suspect_empty_readings=suspect_empty_readings,
             telemetry=seen.telemetry,
             liveness=liveness,
+            identity=identity,
         )
         return NodeView.of(snap, previous, gpu_resources=self._gpu_resources)
 
@@ -499,6 +531,7 @@ class NodeReader:
         self.kubelet.release()
 
     def close(self) -> None:
-        """Close what the reader opened (the kubelet channel, NVML, the source threads)."""
+        """Close what the reader opened (the kubelet channel, NVML, the source threads,
+        the pod-identity routes)."""
         for close in self._owned:
             close()

@@ -25,6 +25,7 @@ from podres_exporter.buildinfo import BuildInfo, build_info
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.core.limits import DEFAULT_LIMITS, AnswerLimits
+from podres_exporter.core.podlabels import parse_allowlist
 from podres_exporter.daemon.flags import (
     KUBELET_SOCKET,
     LOG_FORMAT,
@@ -108,6 +109,12 @@ OPTIONS: tuple[Option, ...] = (
            "(gRPC's 4 MiB is too small for busy nodes). At most 1Gi: gRPC cannot take 2Gi, "
            "and a kubelet's answer is a few MiB even with 20,000 pods."),
     *ANSWER_LIMITS,
+    Option("--kubelet-pods-api-socket", "kubelet_pods_api_socket", parse_path, None,
+           "The kubelet's Pods API socket (KEP-4188, beta in 1.37), read for each pod's UID, "
+           "phase, owner, labels and device health where the kubelet serves it. Unset: "
+           "pods-api/pods-api.sock under the kubelet's root, beside the --kubelet-socket "
+           "directory. Absent or refusing: the route is off, and tried again.",
+           metavar="PATH"),
     Option("--kubelet-timeout", "kubelet_timeout_s", duration(min_s=0.1, max_s=60.0), 10.0,
            "Deadline of each kubelet call. At least 100ms: less fails calls a busy kubelet "
            "answers. At most 1m: the kubelet answers in milliseconds, and a call still open "
@@ -165,6 +172,11 @@ OPTIONS: tuple[Option, ...] = (
            "lookup). Each costs about 4 KiB of kernel memory on sysfs, charged to the pod. At "
            "most a quarter of the open-file limit is used. 0: every file is opened and closed "
            "at every poll."),
+    Option("--pod-labels", "pod_labels", parse_allowlist, "",
+           "Comma-separated pod label keys served on podres_pod_labels_info, as "
+           "label_<key> (kube-state-metrics' naming); '*' stands for any run of characters "
+           "(app.kubernetes.io/*, or * for every label). Empty (the default): none.",
+           metavar="KEYS"),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
@@ -232,6 +244,10 @@ class Settings:
     log_level: str
     log_format: str
     web_config_file: str | None = None
+    # --pod-labels: the pod label keys and patterns served (empty: none).
+    pod_labels: tuple[str, ...] = ()
+    # --kubelet-pods-api-socket; None: beside the pod-resources socket (pods_api_socket).
+    kubelet_pods_api_socket: str | None = None
     # --node-name, else NODE_NAME, else the host name: resolved by build().
     node_name: str = ""
     # The build's version, revision and Python version (podres_build_info).
