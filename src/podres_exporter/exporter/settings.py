@@ -54,6 +54,7 @@ from podres_exporter.daemon.values import (
     shown,
     size,
 )
+from podres_exporter.sources.apiserver_wire import ApiServer, in_cluster
 from podres_exporter.sources.sysfs import DEFAULT_OPEN_FILES
 
 DEFAULT_LISTEN = ":9842"
@@ -186,6 +187,18 @@ OPTIONS: tuple[Option, ...] = (
     LOG_LEVEL,
     LOG_FORMAT,
 )  # fmt: skip
+# --- The opt-in API-server route of pod identity (sources/apiserver.py) ---------------------
+POD_IDENTITY_APISERVER = Option(
+    "--pod-identity.apiserver", "pod_identity_apiserver", parse_bool, False,
+    "Also read this node's pods from the API server (a watch with the field selector "
+    "spec.nodeName), for kubelets without the Pods API. Needs the RBAC of the "
+    "pod-identity-apiserver component (get, list and watch on every pod of the cluster: "
+    "RBAC cannot narrow it to a node) and the pod's ServiceAccount token; the server is "
+    "the one KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT name. Off by default.",
+    switch=True,
+)  # fmt: skip
+OPTIONS += (POD_IDENTITY_APISERVER,)
+# --- end of the API-server route's option ---------------------------------------------------
 BY_FLAG = {o.flag: o for o in OPTIONS}
 
 CONFIG = Option(
@@ -250,6 +263,9 @@ class Settings:
     kubelet_pods_api_socket: str | None = None
     # --node-name, else NODE_NAME, else the host name: resolved by build().
     node_name: str = ""
+    # --pod-identity.apiserver: the API server to watch this node's pods on (from the
+    # in-cluster environment), None when the route is off (the default).
+    pod_identity_apiserver: ApiServer | None = None
     # The build's version, revision and Python version (podres_build_info).
     build: BuildInfo = field(default_factory=lambda: BuildInfo(__version__))
     # --collector.NAME switches given (name -> on/off); the others keep their default.
@@ -307,7 +323,28 @@ def build(
         if on is not None:
             overrides[name] = on
     values["node_name"] = node_name(values["node_name"], env)
+    values["pod_identity_apiserver"] = _apiserver(values, origins, env)
     return Settings(**values, build=build_info(__version__, env), collector_overrides=overrides)
+
+
+def _apiserver(
+    values: Mapping[str, Any], origins: Mapping[str, str], env: Mapping[str, str]
+) -> ApiServer | None:
+    """The API server of --pod-identity.apiserver, from the in-cluster environment; None
+    when the route is off. ConfigError when it is on outside a cluster."""
+    if not values["pod_identity_apiserver"]:
+        return None
+    where = f"--pod-identity.apiserver (from {origins['pod_identity_apiserver']})"
+    try:
+        server = in_cluster(env)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    if server is None:
+        raise ConfigError(
+            f"{where}: KUBERNETES_SERVICE_HOST is not set: the route reads the API server "
+            "of the cluster the exporter runs in, as a pod"
+        )
+    return server
 
 
 def _is_table(key: str, known: set[str]) -> bool:

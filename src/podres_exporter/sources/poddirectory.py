@@ -3,7 +3,8 @@
 :func:`build_directory_sources` is the one place that decides which routes run: the
 pod log directories always (a UID per pod on every kubelet version), the kubelet's Pods
 API where its socket is (detected under the kubelet's root, beside the pod-resources
-socket), the API server only when asked for. :class:`IdentityReader` starts them, asks
+socket), the API server only when asked for (``--pod-identity.apiserver``:
+:mod:`~podres_exporter.sources.apiserver`). :class:`IdentityReader` starts them, asks
 each for its current answer at every poll and merges them
 (:func:`~podres_exporter.core.podidentity.merge`); the same answers give the very same
 :class:`~podres_exporter.core.podidentity.PodIdentity`, so the collectors reuse their
@@ -21,6 +22,8 @@ import structlog
 from podres_exporter.core.podidentity import PodIdentity, merge
 from podres_exporter.core.podlabels import Allowlist
 from podres_exporter.core.podmeta import PodDirectory, PodDirectorySource, Route
+from podres_exporter.sources.apiserver import ApiServerPods
+from podres_exporter.sources.apiserver_wire import ApiServer
 from podres_exporter.sources.logdirs import LogDirSource
 
 log = structlog.get_logger(__name__)
@@ -47,6 +50,12 @@ class DirectorySettings(Protocol):
     @property
     def kubelet_pods_api_socket(self) -> str | None: ...
 
+    @property
+    def node_name(self) -> str: ...
+
+    @property
+    def pod_identity_apiserver(self) -> ApiServer | None: ...
+
 
 def pods_api_path(settings: DirectorySettings) -> Path:
     """The Pods API socket: as set, else found beside the pod-resources socket."""
@@ -59,6 +68,9 @@ def build_directory_sources(settings: DirectorySettings) -> dict[Route, PodDirec
     """Every route's reader for this node (none is started yet)."""
     sources: dict[Route, PodDirectorySource] = {}
     sources[Route.LOG_DIRS] = LogDirSource(settings.path_pod_logs)
+    server = settings.pod_identity_apiserver
+    if server is not None:  # the opt-in route: --pod-identity.apiserver
+        sources[Route.APISERVER] = ApiServerPods(server, settings.node_name)
     return sources
 
 
