@@ -194,7 +194,7 @@ POD_IDENTITY_APISERVER = Option(
     "spec.nodeName), for kubelets without the Pods API. Needs the RBAC of the "
     "pod-identity-apiserver component (get, list and watch on every pod of the cluster: "
     "RBAC cannot narrow it to a node) and the pod's ServiceAccount token; the server is "
-    "the one KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT name. Off by default.",
+    "the one KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT name.",
     switch=True,
 )  # fmt: skip
 OPTIONS += (POD_IDENTITY_APISERVER,)
