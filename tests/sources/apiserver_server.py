@@ -72,6 +72,7 @@ class State:
         self.requests: list[tuple[str, str]] = []
         self.watching = 0
         self.closing = False
+        self.hang = False  # a watch is never answered (no status line)
 
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         self.version += 1
@@ -160,6 +161,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(400, _status(400, "this server serves node-scoped pod lists only"))
             return
         node = query["fieldSelector"].split("=", 1)[1]
+        if query.get("watch") == "1" and self.state.hang:
+            with self.state.cond:
+                self.state.cond.wait_for(lambda: self.state.closing or not self.state.hang)
+            self.close_connection = True
+            return
         if query.get("watch") == "1":
             self._watch(node, int(query.get("resourceVersion") or 0), query)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -276,6 +277,24 @@ def test_the_server_gone_keeps_the_last_good_pods_stale(tmp_path: Path) -> None:
     assert list(r.pods()) == ["uid-web-1"]
     r.reader.stop()
     assert r.reader._thread is not None and not r.reader._thread.is_alive()
+
+
+@pytest.mark.timeout(60)  # a stop that missed the read would wait out 120 s per round
+def test_stop_at_any_moment_ends_the_reader(
+    tmp_path: Path, served: tuple[State, int, bytes]
+) -> None:
+    """stop() at any point of the loop (between requests, connecting, waiting for a watch
+    the server never answers) wakes the reader at once, however long its read timeout."""
+    state = served[0]
+    state.hang = True
+    rng = random.Random(7)
+    for _ in range(40):
+        r = _start(tmp_path, *served, timeout_s=120.0)
+        r.reader.start()
+        wait_until(lambda: r.reader.current().synced)  # noqa: B023 - called at once
+        time.sleep(rng.uniform(0, 0.01))
+        r.reader.stop()
+        assert r.reader._thread is not None and not r.reader._thread.is_alive()
 
 
 def test_the_wrong_ca_is_refused(tmp_path: Path, served: tuple[State, int, bytes]) -> None:

@@ -124,11 +124,12 @@ class ApiServerPods:
     def stop(self) -> None:
         """End the watch (its connection closed under it) and wait for the thread."""
         self._stop.set()
-        with self._lock:
+        with self._lock:  # after the flag: see _send
             conn = self._conn
-        if conn is not None and conn.sock is not None:
+            sock = conn.sock if conn is not None else None
+        if sock is not None:
             with contextlib.suppress(OSError):  # wakes the read; the thread closes it
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(self.limits.timeout_s + 5)
 
@@ -297,9 +298,10 @@ class ApiServerPods:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _send(self, path: str, token: str) -> http.client.HTTPResponse:
+        """GET ``path`` on a new connection. The connection is where :meth:`stop` finds it
+        before it connects, and the stop flag is checked once it is connected: a stop at
+        any moment either is seen here or shuts the connected socket under the read."""
         self._drop_connection()
-        if self._stop.is_set():
-            raise ApiServerError("stopping")
         conn = http.client.HTTPSConnection(
             self.server.host,
             self.server.port,
@@ -308,6 +310,12 @@ class ApiServerPods:
         )
         with self._lock:
             self._conn = conn
+        if self._stop.is_set():
+            raise ApiServerError("stopping")
+        conn.connect()
+        with self._lock:
+            if self._stop.is_set():
+                raise ApiServerError("stopping")
         conn.request(
             "GET",
             path,
