@@ -151,6 +151,11 @@ def test_gone_lists_again(route: Wired, as_error_event: bool) -> None:
     route.state.compact()
     wait_until(lambda: route.state.lists() == 2)
     wait_until(lambda: "uid-job-1" not in route.pods() and watching(route))
+    first, second = [
+        p for p, _ in route.state.requests if "watch=1" not in p and "continue" not in p
+    ]
+    assert "resourceVersion=0" in first  # the watch cache
+    assert "resourceVersion" not in second  # after a 410: a consistent read
 
 
 def test_error_event_410_on_an_open_watch_lists_again(route: Wired) -> None:

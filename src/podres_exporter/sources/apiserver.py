@@ -112,6 +112,7 @@ class ApiServerPods:
         self._taken_at = 0.0
         self._published: PodDirectory | None = None
         self._listed_at = -1e9  # monotonic
+        self._consistent = False  # the next list from etcd, not the watch cache (after 410)
         self.lists = 0  # successful lists, for the tests and the log
 
     # ------------------------------------------------------------------ the protocol
@@ -157,7 +158,7 @@ class ApiServerPods:
                 self._watch()  # returns when the server ends the watch: watch on
             except RelistNeeded as err:
                 log.info("apiserver_relist", node=self.node, reason=str(err))
-                self._version = ""
+                self._version, self._consistent = "", True
                 if time.monotonic() - self._listed_at < 1.0:  # 410 at once: no list loop
                     failures = self._failed(err, failures)
                 continue
@@ -191,12 +192,18 @@ class ApiServerPods:
         return failures
 
     def _relist(self) -> None:
+        """List the node's pods: from the API server's watch cache (``resourceVersion=0``,
+        as the kubelet and every informer list, so that a DaemonSet's lists do not each
+        read every pod of the cluster from etcd), or a consistent read after a 410 (the
+        cache may then be older than the version that was gone)."""
         pods: dict[str, PodMeta] = {}
         token, version = "", ""
         while True:
             params = {"limit": str(self.limits.page_size)}
             if token:
                 params["continue"] = token
+            elif not self._consistent:
+                params["resourceVersion"] = "0"
             body = self._get_body(pods_path(self.node, **params))
             page, version, token = list_answer(body)
             pods.update((p.uid, p) for p in page)
@@ -209,6 +216,7 @@ class ApiServerPods:
             self._taken_at = time.time()
             self._published = None
         self._listed_at = time.monotonic()
+        self._consistent = False
         self.lists += 1
 
     def _watch(self) -> None:
