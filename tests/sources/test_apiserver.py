@@ -219,6 +219,21 @@ def test_a_token_never_accepted_is_stale_with_one_event(route: Wired) -> None:
     wait_until(lambda: watching(route))
 
 
+def test_each_streak_of_failures_logs_once_and_its_recovery(route: Wired) -> None:
+    """A streak ends when a watch is open again (recovered, logged), so the next failure,
+    minutes into that watch or not, starts a new streak with an event of its own."""
+    wait_until(lambda: watching(route))
+    with capture_logs() as logs:
+        for _ in range(2):
+            route.state.accept("someone-else")
+            route.state.drop_watches()
+            wait_until(lambda: route.reader.current().stale)
+            route.state.accept("token-1")
+            wait_until(lambda: watching(route))
+    events = [e["event"] for e in logs if e["event"].startswith("apiserver_watch_")]
+    assert events == ["apiserver_watch_failed", "apiserver_watch_recovered"] * 2
+
+
 def test_no_rbac_is_a_clear_stale_answer(tmp_path: Path, served: tuple[State, int, bytes]) -> None:
     """Refused (403) at the first list: not synced, stale, the event names the component."""
     state = served[0]

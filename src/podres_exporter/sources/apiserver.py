@@ -113,6 +113,7 @@ class ApiServerPods:
         self._published: PodDirectory | None = None
         self._listed_at = -1e9  # monotonic
         self._consistent = False  # the next list from etcd, not the watch cache (after 410)
+        self._failures = 0  # failures in a row, since a watch was last opened
         self.lists = 0  # successful lists, for the tests and the log
 
     # ------------------------------------------------------------------ the protocol
@@ -150,7 +151,6 @@ class ApiServerPods:
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
-        failures = 0
         while not self._stop.is_set():
             try:
                 if not self._version:
@@ -160,22 +160,24 @@ class ApiServerPods:
                 log.info("apiserver_relist", node=self.node, reason=str(err))
                 self._version, self._consistent = "", True
                 if time.monotonic() - self._listed_at < 1.0:  # 410 at once: no list loop
-                    failures = self._failed(err, failures)
-                continue
+                    self._failed(err)
             except (ApiServerError, OSError, http.client.HTTPException, ValueError) as err:
-                failures = self._failed(err, failures)
-                continue
+                self._failed(err)
             finally:
                 self._drop_connection()
-            if failures:
-                log.info("apiserver_watch_recovered", node=self.node, failures=failures)
-                failures = 0
 
-    def _failed(self, err: Exception, failures: int) -> int:
+    def _recovered(self) -> None:
+        """A watch is open again: the streak of failures, if any, is over."""
+        if self._failures:
+            log.info("apiserver_watch_recovered", node=self.node, failures=self._failures)
+            self._failures = 0
+
+    def _failed(self, err: Exception) -> None:
         """Mark the directory stale, log the first failure of a streak, wait."""
         if self._stop.is_set():
-            return failures
-        failures += 1
+            return
+        self._failures += 1
+        failures = self._failures
         if isinstance(err, TooLarge):
             self._version = ""
         self._update(stale=True)
@@ -189,7 +191,6 @@ class ApiServerPods:
                 retry_in_s=round(wait, 3),
             )
         self._stop.wait(wait)
-        return failures
 
     def _relist(self) -> None:
         """List the node's pods: from the API server's watch cache (``resourceVersion=0``,
@@ -231,6 +232,7 @@ class ApiServerPods:
             path, read_timeout=self.limits.watch_timeout_s + self.limits.watch_grace_s
         )
         self._update(stale=False)
+        self._recovered()
         limit = self.limits.max_event_bytes
         opened, lines = time.monotonic(), 0
         while not self._stop.is_set():
