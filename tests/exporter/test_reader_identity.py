@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -24,6 +25,7 @@ from podres_exporter.exporter.reader import NodeReader
 from podres_exporter.sources.poddirectory import IdentityReader
 from podres_sim import SimKubelet
 from podres_sim.host.simhost import pod_uid
+from podres_sim.kubelet.podsapi_wire import owner_of
 from tests.support import exporter_settings
 
 GPU = DeviceRef("nvidia.com/gpu", "GPU-0", (0,))
@@ -94,7 +96,7 @@ def test_the_reader_serves_every_pods_uid_from_the_log_directories(
 ) -> None:
     """With no Pods API, the log directories give each listed pod's UID on podres_pod_info,
     and --pod-labels with nothing to read gives label-less series."""
-    sim = make_sim("demo")
+    sim = make_sim("minimal")
     settings = exporter_settings(sim, pod_labels=("team", "app.kubernetes.io/*"))
     reader = NodeReader.from_settings(settings, gpu_backend=sim.host.gpu_backend())  # type: ignore[attr-defined]
     try:
@@ -110,3 +112,71 @@ def test_the_reader_serves_every_pods_uid_from_the_log_directories(
     up = {s.labels["route"]: s.value for s in families["podres_pod_identity_source_up"].samples}
     assert up["log-dirs"] == 1.0
     assert len(families["podres_pod_labels"].samples) == len(info)
+
+
+def _scenario_owner(pod: Any, node: str) -> tuple[str, str] | None:
+    """The workload the scenario gives a pod: its controlling owner, a Deployment's
+    ReplicaSet resolved to the Deployment (named as in the scenario)."""
+    owner = owner_of(pod, node)
+    if owner is None:
+        return None
+    if owner[0] == "ReplicaSet":
+        return ("Deployment", pod.spec.name)
+    return owner
+
+
+def test_on_a_kubelet_with_the_pods_api_every_pods_uid_owner_and_labels_are_the_sims(
+    make_sim: Callable[..., SimKubelet],
+) -> None:
+    """The demo serves its Pods API: each pod's UID, workload, phase and allowed labels on
+    the info series equal what the simulated kubelet serves, with no API server."""
+    sim = make_sim("demo")
+    settings = exporter_settings(sim, pod_labels=("team", "app.kubernetes.io/*"))
+    reader = NodeReader.from_settings(settings, gpu_backend=sim.host.gpu_backend())  # type: ignore[attr-defined]
+    try:
+        deadline = time.monotonic() + 10
+        seen = reader.observe()
+        while not _synced(seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = reader.observe()
+        view = reader.view(seen, generation=1)
+        families = {f.name: f for f in reader.families(view, "0")}
+    finally:
+        reader.close()
+    assert _synced(seen)
+    pods = {(p.namespace, p.name): p for p in sim.node.pods}
+    info = {
+        (s.labels["namespace"], s.labels["pod"]): s.labels for s in families["podres_pod"].samples
+    }
+    assert set(info) == set(pods)
+    for key, labels in info.items():
+        pod = pods[key]
+        assert labels["uid"] == pod.uid
+        owner = _scenario_owner(pod, sim.node.spec.name)
+        got = (labels["owner_kind"], labels["owner_name"]) if "owner_kind" in labels else None
+        assert got == owner, key
+    assert info[("ml-inference", pods_named(pods, "vllm-llama3-8b"))]["owner_kind"] == "Deployment"
+    assert "owner_kind" not in info[("research", "jupyter-alice")]  # a bare pod
+    labelled = {
+        (s.labels["namespace"], s.labels["pod"]): s.labels
+        for s in families["podres_pod_labels"].samples
+    }
+    for key, pod in pods.items():
+        expected = {
+            f"label_{k.replace('.', '_').replace('/', '_')}": v for k, v in pod.spec.labels.items()
+        }
+        served = {k: v for k, v in labelled[key].items() if k.startswith("label_")}
+        assert served == expected, key
+    assert families["podres_container_device_health"].samples
+
+
+def pods_named(pods: Mapping[tuple[str, str], Any], prefix: str) -> str:
+    """The name of the first pod whose name starts with ``prefix``."""
+    return next(name for _, name in sorted(pods) if name.startswith(prefix))
+
+
+def _synced(seen: Any) -> bool:
+    identity = seen.identity
+    return identity is not None and any(
+        r.route is Route.PODS_API and r.available and r.synced for r in identity.routes
+    )

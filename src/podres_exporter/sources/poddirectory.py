@@ -22,6 +22,7 @@ from podres_exporter.core.podidentity import PodIdentity, merge
 from podres_exporter.core.podlabels import Allowlist
 from podres_exporter.core.podmeta import PodDirectory, PodDirectorySource, Route
 from podres_exporter.sources.logdirs import LogDirSource
+from podres_exporter.sources.podsapi import PodsApiSource
 
 log = structlog.get_logger(__name__)
 
@@ -31,8 +32,11 @@ PODS_API_SOCKET = Path("pods-api", "pods-api.sock")
 
 def pods_api_socket(kubelet_socket: str) -> Path:
     """The Pods API socket of the kubelet whose pod-resources socket is ``kubelet_socket``:
-    ``<root>/pod-resources/kubelet.sock`` -> ``<root>/pods-api/pods-api.sock``."""
-    return Path(kubelet_socket).parent.parent / PODS_API_SOCKET
+    ``<root>/pod-resources/kubelet.sock`` -> ``<root>/pods-api/pods-api.sock`` (a socket
+    in a directory of another name: ``pods-api/`` beside it)."""
+    parent = Path(kubelet_socket).parent
+    root = parent.parent if parent.name == "pod-resources" else parent
+    return root / PODS_API_SOCKET
 
 
 class DirectorySettings(Protocol):
@@ -58,6 +62,7 @@ def pods_api_path(settings: DirectorySettings) -> Path:
 def build_directory_sources(settings: DirectorySettings) -> dict[Route, PodDirectorySource]:
     """Every route's reader for this node (none is started yet)."""
     sources: dict[Route, PodDirectorySource] = {}
+    sources[Route.PODS_API] = PodsApiSource(str(pods_api_path(settings)))
     sources[Route.LOG_DIRS] = LogDirSource(settings.path_pod_logs)
     return sources
 
