@@ -12,12 +12,15 @@ families on a quiet node.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 import structlog
 
+from podres_exporter.core.accounting import contested
+from podres_exporter.core.model import NOTHING_CONTESTED, KubeletReading, PodLiveness
 from podres_exporter.core.podidentity import PodIdentity, merge
 from podres_exporter.core.podlabels import Allowlist
 from podres_exporter.core.podmeta import PodDirectory, PodDirectorySource, Route
@@ -65,6 +68,23 @@ def build_directory_sources(settings: DirectorySettings) -> dict[Route, PodDirec
     sources[Route.PODS_API] = PodsApiSource(str(pods_api_path(settings)))
     sources[Route.LOG_DIRS] = LogDirSource(settings.path_pod_logs)
     return sources
+
+
+def liveness_of(
+    reading: KubeletReading,
+    identity: PodIdentity | None,
+    read: Callable[[], PodLiveness] | None,
+) -> PodLiveness | None:
+    """Which listed pods still run: the trees (``read``) are read only when some device
+    or CPU is listed by several pods (a kubelet before 1.34 listing a finished pod), never
+    on most nodes; the pods' phases, where a route gives them, settle them first."""
+    if not contested(reading):
+        return NOTHING_CONTESTED if read is not None else None
+    phases = identity.phases if identity is not None and identity.phases else None
+    if read is None:
+        return None if phases is None else PodLiveness(None, None, phases)
+    liveness = read()
+    return liveness if phases is None else replace(liveness, phases=phases)
 
 
 class IdentityReader:
@@ -127,5 +147,6 @@ __all__ = [
     "DirectorySettings",
     "IdentityReader",
     "build_directory_sources",
+    "liveness_of",
     "pods_api_socket",
 ]
