@@ -26,7 +26,7 @@ from podres_exporter.sources.poddirectory import IdentityReader
 from podres_sim import SimKubelet
 from podres_sim.host.simhost import pod_uid
 from podres_sim.kubelet.podsapi_wire import owner_of
-from tests.support import exporter_settings
+from tests.support import exporter_settings, wait_until
 
 GPU = DeviceRef("nvidia.com/gpu", "GPU-0", (0,))
 
@@ -180,3 +180,29 @@ def _synced(seen: Any) -> bool:
     return identity is not None and any(
         r.route is Route.PODS_API and r.available and r.synced for r in identity.routes
     )
+
+
+def test_a_pod_recreated_under_its_name_is_a_new_uid_and_the_old_ones_series_go(
+    make_sim: Callable[..., SimKubelet],
+) -> None:
+    """A StatefulSet's pod deleted and admitted again under the same name: podres_pod_info
+    names the new incarnation's UID, and no series of the old UID is left."""
+    sim = make_sim("demo")
+    settings = exporter_settings(sim)
+    reader = NodeReader.from_settings(settings, gpu_backend=sim.host.gpu_backend())  # type: ignore[attr-defined]
+
+    def uids(name: str) -> set[str]:
+        view = reader.view(reader.observe(), generation=1)
+        fam = next(f for f in reader.families(view, "0") if f.name == "podres_pod")
+        return {s.labels["uid"] for s in fam.samples if s.labels["pod"] == name}
+
+    try:
+        pod = next(p for p in sim.node.pods if p.name == "postgres-0")
+        wait_until(lambda: uids("postgres-0") == {pod.uid}, timeout=10)
+        sim.node.remove(pod.namespace, pod.name)
+        sim.node.admit(pod.spec, name=pod.name)
+        again = next(p for p in sim.node.pods if p.name == "postgres-0")
+        assert again.uid != pod.uid
+        wait_until(lambda: uids("postgres-0") == {again.uid}, timeout=10)
+    finally:
+        reader.close()

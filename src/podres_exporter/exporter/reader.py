@@ -379,8 +379,10 @@ class NodeReader:
         telemetry: bool = True,
         enabled: Iterable[Collector] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        identity: bool = True,
     ) -> NodeReader:
-        """The reader the settings describe; ConfigError for an unknown collector."""
+        """The reader the settings describe; ConfigError for an unknown collector.
+        ``identity`` False reads no pod-identity route (a one-shot reading that shows none)."""
         chosen = tuple(enabled) if enabled is not None else enabled_collectors(settings)
         client = KubeletClient(
             settings.kubelet_socket,
@@ -390,11 +392,13 @@ class NodeReader:
             wall_clock=wall_clock,
         )
         owned: list[Callable[[], None]] = [client.close]
-        identity = IdentityReader(
-            build_directory_sources(settings), Allowlist.of(settings.pod_labels)
-        )
-        identity.start()
-        owned.append(identity.stop)
+        routes = None
+        if identity:
+            routes = IdentityReader(
+                build_directory_sources(settings), Allowlist.of(settings.pod_labels)
+            )
+            routes.start()
+            owned.append(routes.stop)
         runner = None
         if telemetry:
             own_backend = None
@@ -424,7 +428,7 @@ class NodeReader:
             gpu_resources=settings.gpu_resources,
             owned=owned,
             wall_clock=wall_clock,
-            identity=identity,
+            identity=routes,
         )
 
     @property
