@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from podres_exporter.collectors import pods
 from podres_exporter.core.podidentity import merge
 from podres_exporter.core.podlabels import Allowlist
+from podres_exporter.core.podmeta import PodDirectory, PodMeta, Route
 from tests.collectors.support import IDENTITY, POD_DIRECTORIES, exposition, node_view, rich_view
 
 EXPECTED = """\
@@ -69,3 +72,18 @@ def test_nothing_without_any_route() -> None:
     """No identity read: no family at all."""
     assert exposition(pods.COLLECTOR, node_view()) == ""
     assert IDENTITY.pods  # the fixture itself is not empty
+
+
+def test_a_hostile_pods_labels_are_bounded_and_escaped() -> None:
+    """10,000 labels on one pod: 64 served, the rest counted on podres_pod_labels_dropped;
+    quotes, backslashes and line breaks in a value are escaped, not a broken line."""
+    hostile = {f"k{i:05d}": "v" for i in range(10_000)}
+    hostile["k00000"] = 'a"}\nevil{x="1'
+    meta = PodMeta("ns", "p", "u", Route.PODS_API, labels=MappingProxyType(hostile))
+    directory = PodDirectory(Route.PODS_API, MappingProxyType({"u": meta}))
+    view = node_view(identity=merge({Route.PODS_API: directory}, Allowlist.of(("*",))))
+    text = exposition(pods.COLLECTOR, view)
+    assert "podres_pod_labels_dropped 9936.0" in text
+    [line] = [x for x in text.splitlines() if x.startswith("podres_pod_labels_info{")]
+    assert 'label_k00000="a\\"}\\nevil{x=\\"1"' in line
+    assert line.count("label_k") == 64

@@ -60,6 +60,15 @@ def test_a_recreated_pod_is_served_as_its_current_uid() -> None:
     logs = merge({Route.LOG_DIRS: _dir(Route.LOG_DIRS, _logs("db-0", "a1"), _logs("db-0", "b2"))})
     assert [r.uid for r in logs.pods] == ["b2"]
     assert ("ns", "db-0") not in logs.phases  # no route gave a phase
+    # A log directory the Pods API does not know is a deleted incarnation's: the Pods
+    # API's pod is served, even when it has failed.
+    both = merge(
+        {
+            Route.PODS_API: _dir(Route.PODS_API, _api("db-0", "aa", "Failed")),
+            Route.LOG_DIRS: _dir(Route.LOG_DIRS, _logs("db-0", "zz")),
+        }
+    )
+    assert [(r.uid, r.phase) for r in both.pods] == [("aa", "Failed")]
 
 
 def test_allowed_labels_become_columns_and_health_rows() -> None:

@@ -101,3 +101,4 @@ def test_the_pods_api_socket_is_found_beside_the_pod_resources_one() -> None:
     assert pods_api_socket("/var/lib/kubelet/pod-resources/kubelet.sock") == Path(
         "/var/lib/kubelet/pods-api/pods-api.sock"
     )
+    assert pods_api_socket("/tmp/x/kubelet.sock") == Path("/tmp/x/pods-api/pods-api.sock")

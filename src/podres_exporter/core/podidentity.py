@@ -8,9 +8,11 @@ directories know is served with its UID and nothing else.
 
 One series per pod name: a pod re-created under the same name is a new UID, and while
 the node still knows the old incarnation (a pod force-deleted, an old log directory not
-yet removed) both UIDs are known. The **current** one is served: one that has not
-finished (phase neither ``Succeeded`` nor ``Failed``), then the one of the richer route,
-then the greater UID (the log directories alone cannot tell which is newer). So a join
+yet removed) both UIDs are known. The **current** one is served: the one of the richest
+route (a UID only the log directories still name, where a richer route knows the pod,
+is a deleted incarnation's), then one that has not finished (phase neither
+``Succeeded`` nor ``Failed``), then the greater UID (the log directories alone cannot
+tell which is newer). So a join
 ``on (namespace, pod)`` never meets two series of one pod, and the ``uid`` label says
 which incarnation it is; the old UID's series goes as the new one comes.
 
@@ -108,7 +110,7 @@ def _current(metas: list[PodMeta]) -> PodMeta:
     """The incarnation served for a pod name (see the module's docstring)."""
     return min(
         metas,
-        key=lambda m: (m.phase in FINISHED, RANK.index(m.route), _neg(m.uid)),
+        key=lambda m: (RANK.index(m.route), m.phase in FINISHED, _neg(m.uid)),
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from podres_exporter.core.printable import cut
 
@@ -94,9 +95,11 @@ class Allowlist:
 NOTHING = Allowlist(frozenset(), None)
 
 
+@lru_cache(maxsize=4096)
 def label_name(key: str) -> str:
     """kube-state-metrics' name of a pod label: ``label_`` and the key, every character
-    outside ``[a-zA-Z0-9_]`` as ``_``."""
+    outside ``[a-zA-Z0-9_]`` as ``_``. Remembered: the same few keys on thousands of pods
+    share one name string."""
     return PREFIX + _INVALID.sub("_", key)
 
 

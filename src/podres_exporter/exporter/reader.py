@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -33,11 +33,9 @@ from prometheus_client.metrics_core import Metric
 from podres_exporter import collectors
 from podres_exporter.buildinfo import BuildInfo
 from podres_exporter.collectors import Collector, RenderContext
-from podres_exporter.core.accounting import contested
 from podres_exporter.core.errors import ConfigError, KubeletError, SourceError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.core.model import (
-    NOTHING_CONTESTED,
     KubeletReading,
     NodeTopology,
     PodAlloc,
@@ -53,7 +51,11 @@ from podres_exporter.sources.cputopology import TopologyCache, read_topology
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.liveness import read_liveness
-from podres_exporter.sources.poddirectory import IdentityReader, build_directory_sources
+from podres_exporter.sources.poddirectory import (
+    IdentityReader,
+    build_directory_sources,
+    liveness_of,
+)
 from podres_exporter.sources.procfs import ContainerIndexCache, read_cpu_times, read_pid_cgroups
 from podres_exporter.sources.sysfs import StaticCache, read_devices
 
@@ -377,8 +379,10 @@ class NodeReader:
         telemetry: bool = True,
         enabled: Iterable[Collector] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        identity: bool = True,
     ) -> NodeReader:
-        """The reader the settings describe; ConfigError for an unknown collector."""
+        """The reader the settings describe; ConfigError for an unknown collector.
+        ``identity`` False reads no pod-identity route (a one-shot reading that shows none)."""
         chosen = tuple(enabled) if enabled is not None else enabled_collectors(settings)
         client = KubeletClient(
             settings.kubelet_socket,
@@ -388,11 +392,13 @@ class NodeReader:
             wall_clock=wall_clock,
         )
         owned: list[Callable[[], None]] = [client.close]
-        identity = IdentityReader(
-            build_directory_sources(settings), Allowlist.of(settings.pod_labels)
-        )
-        identity.start()
-        owned.append(identity.stop)
+        routes = None
+        if identity:
+            routes = IdentityReader(
+                build_directory_sources(settings), Allowlist.of(settings.pod_labels)
+            )
+            routes.start()
+            owned.append(routes.stop)
         runner = None
         if telemetry:
             own_backend = None
@@ -422,7 +428,7 @@ class NodeReader:
             gpu_resources=settings.gpu_resources,
             owned=owned,
             wall_clock=wall_clock,
-            identity=identity,
+            identity=routes,
         )
 
     @property
@@ -448,7 +454,7 @@ class NodeReader:
         identity = self._identity.read() if self._identity is not None else None
         liveness = None
         if reading is not None:
-            liveness = self._read_liveness(reading, identity)
+            liveness = liveness_of(reading, identity, self._liveness)
         telemetry = self._runner.collect() if self._runner is not None else None
         return Observation(
             topology=topology,
@@ -461,20 +467,6 @@ class NodeReader:
             liveness=liveness,
             identity=identity,
         )
-
-    def _read_liveness(
-        self, reading: KubeletReading, identity: PodIdentity | None
-    ) -> PodLiveness | None:
-        """Which listed pods still run: read only when some device or CPU is listed by
-        several pods (a kubelet before 1.34 listing a finished pod), never on most nodes;
-        the pods' phases, where a route gives them, settle them first."""
-        if not contested(reading):
-            return NOTHING_CONTESTED if self._liveness is not None else None
-        phases = identity.phases if identity is not None and identity.phases else None
-        if self._liveness is None:
-            return None if phases is None else PodLiveness(None, None, phases)
-        liveness = self._liveness()
-        return liveness if phases is None else replace(liveness, phases=phases)
 
     def view(
         self,

@@ -176,7 +176,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--pod-labels", "pod_labels", parse_allowlist, "",
            "Comma-separated pod label keys served on podres_pod_labels_info, as "
            "label_<key> (kube-state-metrics' naming); '*' stands for any run of characters "
-           "(app.kubernetes.io/*, or * for every label). Empty (the default): none.",
+           "(app.kubernetes.io/*, or * for every label). Empty: no pod label is served.",
            metavar="KEYS"),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),

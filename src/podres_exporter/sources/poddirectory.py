@@ -13,18 +13,22 @@ families on a quiet node.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 import structlog
 
+from podres_exporter.core.accounting import contested
+from podres_exporter.core.model import NOTHING_CONTESTED, KubeletReading, PodLiveness
 from podres_exporter.core.podidentity import PodIdentity, merge
 from podres_exporter.core.podlabels import Allowlist
 from podres_exporter.core.podmeta import PodDirectory, PodDirectorySource, Route
 from podres_exporter.sources.apiserver import ApiServerPods
 from podres_exporter.sources.apiserver_wire import ApiServer
 from podres_exporter.sources.logdirs import LogDirSource
+from podres_exporter.sources.podsapi import PodsApiSource
 
 log = structlog.get_logger(__name__)
 
@@ -34,8 +38,11 @@ PODS_API_SOCKET = Path("pods-api", "pods-api.sock")
 
 def pods_api_socket(kubelet_socket: str) -> Path:
     """The Pods API socket of the kubelet whose pod-resources socket is ``kubelet_socket``:
-    ``<root>/pod-resources/kubelet.sock`` -> ``<root>/pods-api/pods-api.sock``."""
-    return Path(kubelet_socket).parent.parent / PODS_API_SOCKET
+    ``<root>/pod-resources/kubelet.sock`` -> ``<root>/pods-api/pods-api.sock`` (a socket
+    in a directory of another name: ``pods-api/`` beside it)."""
+    parent = Path(kubelet_socket).parent
+    root = parent.parent if parent.name == "pod-resources" else parent
+    return root / PODS_API_SOCKET
 
 
 class DirectorySettings(Protocol):
@@ -67,11 +74,29 @@ def pods_api_path(settings: DirectorySettings) -> Path:
 def build_directory_sources(settings: DirectorySettings) -> dict[Route, PodDirectorySource]:
     """Every route's reader for this node (none is started yet)."""
     sources: dict[Route, PodDirectorySource] = {}
+    sources[Route.PODS_API] = PodsApiSource(str(pods_api_path(settings)))
     sources[Route.LOG_DIRS] = LogDirSource(settings.path_pod_logs)
     server = settings.pod_identity_apiserver
     if server is not None:  # the opt-in route: --pod-identity.apiserver
         sources[Route.APISERVER] = ApiServerPods(server, settings.node_name)
     return sources
+
+
+def liveness_of(
+    reading: KubeletReading,
+    identity: PodIdentity | None,
+    read: Callable[[], PodLiveness] | None,
+) -> PodLiveness | None:
+    """Which listed pods still run: the trees (``read``) are read only when some device
+    or CPU is listed by several pods (a kubelet before 1.34 listing a finished pod), never
+    on most nodes; the pods' phases, where a route gives them, settle them first."""
+    if not contested(reading):
+        return NOTHING_CONTESTED if read is not None else None
+    phases = identity.phases if identity is not None and identity.phases else None
+    if read is None:
+        return None if phases is None else PodLiveness(None, None, phases)
+    liveness = read()
+    return liveness if phases is None else replace(liveness, phases=phases)
 
 
 class IdentityReader:
@@ -134,5 +159,6 @@ __all__ = [
     "DirectorySettings",
     "IdentityReader",
     "build_directory_sources",
+    "liveness_of",
     "pods_api_socket",
 ]

@@ -5,7 +5,8 @@ Plain frozen data; ``Node`` makes them and the server turns them into messages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Literal
 
 from podres_sim.scenario import ClaimDeviceSpec, ContainerKind, DeviceSpec, PodSpec, QoS
@@ -72,7 +73,9 @@ class ContainerState:
 class PodState:
     """An admitted (Running), rejected (Failed) or finished (Succeeded) pod, with its
     containers in the kubelet's order: restartable sidecars first, then app containers.
-    ``cpu_ids`` and ``memory``: its pod-level resources (empty without them)."""
+    ``cpu_ids`` and ``memory``: its pod-level resources (empty without them). ``uid``:
+    this incarnation's UID, new for each pod admitted, kept when the pod's state is
+    replaced (finished); not compared."""
 
     namespace: str
     name: str
@@ -83,6 +86,7 @@ class PodState:
     message: str = ""
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryGrant, ...] = ()
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()), compare=False)
 
     @property
     def key(self) -> PodKey:

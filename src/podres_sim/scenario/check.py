@@ -286,6 +286,7 @@ def check_kubelet(kubelet: object) -> None:
         "list_active_only",
         "pod_level_resources",
         "dra_share_ids",
+        "pods_api",
     ):
         if not isinstance(getattr(kubelet, name), bool):
             raise ValueError(f"kubelet.{name}: expected true or false")

@@ -18,6 +18,7 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     list_active_only = true            # 1.34+: finished pods not listed (false: before 1.34)
     pod_level_resources = false        # PodLevelResourceManagers (1.36+): pod-level cpu_ids, memory
     dra_share_ids = true               # 1.35+: ClaimResource.share_id sent
+    pods_api = false                   # PodsAPI (1.36 opt-in, 1.37 on): the Pods API socket
 
     [churn]
     interval_s = 5.0                   # 0: no churn
@@ -59,6 +60,8 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     memory = "8Gi"                     #   the pod's exclusive budget and private shared pool
     finished = false                   # ran and finished: resources given back, listed by
                                        #   kubelets before 1.34 (list_active_only = false)
+    owner = ""                         # controller kind ("Job"); "": from naming; "none"
+    labels = { team = "research" }     # pod labels, as the Pods API shows them
 
     [[pods.containers]]
     name = "trainer"
@@ -200,6 +203,8 @@ _POD_KEYS = {
     "cpu",
     "memory",
     "finished",
+    "labels",
+    "owner",
 }
 _CONTAINER_KEYS = {"name", "kind", "cpu", "memory", "devices", "claims"}
 _CLAIM_KEYS = {
@@ -463,7 +468,16 @@ class _Parser:
             cpu_m=self.guarded(f"{where}.cpu", parse_millicpu, data.get("cpu", 0)),
             memory=self.guarded(f"{where}.memory", parse_bytes, data.get("memory", 0)),
             finished=self.boolean(data, "finished", where, False),
+            labels=self.labels(data, where),
+            owner=self.string(data, "owner", where, ""),
         )
+
+    def labels(self, data: Mapping[str, Any], where: str) -> dict[str, str]:
+        table = self.table(data.get("labels", {}), f"{where}.labels", None)
+        for key, value in table.items():
+            if not isinstance(value, str):
+                raise self.fail(f"{where}.labels.{key}", f"expected a string, got {value!r}")
+        return dict(table)
 
     def container(self, value: object, where: str) -> ContainerSpec:
         if isinstance(value, Mapping):
