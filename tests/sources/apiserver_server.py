@@ -16,6 +16,7 @@ import http.server
 import json
 import ssl
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from functools import partial
@@ -73,6 +74,7 @@ class State:
         self.watching = 0
         self.closing = False
         self.hang = False  # a watch is never answered (no status line)
+        self.dribble_s = 0.0  # a list's body sent a byte at a time, this long apart
 
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         self.version += 1
@@ -177,7 +179,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not self.state.dribble_s:
+            self.wfile.write(body)
+            return
+        for i in range(len(body)):
+            if self.state.closing:
+                return
+            self.wfile.write(body[i : i + 1])
+            self.wfile.flush()
+            time.sleep(self.state.dribble_s)
 
     def _list(self, node: str, limit: int, start: int) -> None:
         with self.state.cond:

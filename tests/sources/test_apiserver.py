@@ -286,6 +286,25 @@ def test_a_list_page_over_the_limit_keeps_the_last_good_pods(
         r.reader.stop()
 
 
+def test_a_list_dribbled_slowly_is_cut_at_its_deadline(
+    tmp_path: Path, served: tuple[State, int, bytes]
+) -> None:
+    """A list page sent a byte at a time, each well within the read timeout, is given up at
+    the page's deadline: stale, one event, never a reader stuck for the whole body."""
+    served[0].dribble_s = 0.05  # a page of two pods: over a minute at this pace
+    r = _start(tmp_path, *served, list_deadline_s=0.5)
+    r.reader.start()
+    try:
+        with capture_logs() as logs:
+            wait_until(lambda: r.reader.current().stale)
+        assert not r.reader.current().synced
+        (failed,) = [e for e in logs if e["event"] == "apiserver_watch_failed"]
+        assert "not read in 0.5s" in failed["error"]
+    finally:
+        served[0].dribble_s = 0.0
+        r.reader.stop()
+
+
 def test_the_server_gone_keeps_the_last_good_pods_stale(tmp_path: Path) -> None:
     """With the server gone the pods stay, stale; stop() ends the thread."""
     with api_server(tmp_path) as (state, port, ca):

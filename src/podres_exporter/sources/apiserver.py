@@ -282,7 +282,9 @@ class ApiServerPods:
         deadline = time.monotonic() + self.limits.list_deadline_s
         chunks: list[bytes] = []
         size = 0
-        while chunk := answer.read(_READ_CHUNK):
+        # read1: what has arrived, so that the deadline is checked at every receive (read
+        # would wait for a whole chunk from a server sending a byte at a time).
+        while chunk := answer.read1(_READ_CHUNK):
             size += len(chunk)
             if size > limit:
                 raise TooLarge(f"a list page over {limit} bytes")
