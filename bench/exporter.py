@@ -41,6 +41,13 @@ their own; this process only drives them, scrapes and reads ``/proc/<pid>``. Mea
    every departed pod is looked for in a scrape. Targets: under 80 MiB, no growth, no
    series of a departed pod.
 
+``--pod-identity`` measures only the pod-identity path at 5,000 pods (the ``identity``
+node: ``huge``'s pods, each a Deployment's with 10 labels, the kubelet's Pods API on):
+steady CPU (as in 1.) and resident memory of an exporter reading pod identity from the log
+directories alone (no Pods API, no ``--pod-labels``), then of one reading the Pods API with
+``--pod-labels app.kubernetes.io/*,team,tier`` (8 labels a pod served, one a wildcard),
+against the targets of 1. and 5. With ``--quick``: 30 s windows.
+
 ``--quick`` only shows that every part runs and counts what it should, in about a
 minute on a busy two-core machine: 2 s steady windows at a 1 s poll (so that a poll
 falls in each), 20 scrapes a latency cell in 2 rounds, one 1 s round of each
@@ -53,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gzip
 import http.client
 import json
@@ -1050,6 +1058,70 @@ class Run:
     latency_rounds: int = LATENCY_ROUNDS
 
 
+IDENTITY_LABELS = "app.kubernetes.io/*,team,tier"
+
+
+def _identity_synced(exp: footprint.Daemon) -> bool:
+    """The exporter's Pods API route holds the whole node and its labels are served."""
+    status, body = footprint.get(exp.url + "/metrics", {"Accept": OPENMETRICS})
+    return status == http.HTTPStatus.OK and (
+        b'podres_pod_identity_source_synced{route="pods-api"} 1' in body and b"label_team=" in body
+    )
+
+
+def pod_identity(ns: argparse.Namespace, tmp: Path) -> list[tuple[Steady, int]]:
+    """Steady CPU and memory at 5,000 pods without and with the Pods API and pod labels;
+    each with the series of podres_pod_info and podres_pod_labels_info it serves."""
+    window = 30.0 if ns.quick else 120.0
+    poll = f"{POLL_S:g}s"
+    node = Node("identity", tmp / "node")
+    node.tmp.mkdir()
+    node.start()
+    out: list[tuple[Steady, int]] = []
+    runs = (
+        ("identity-off", ("--kubelet-pods-api-socket", str(tmp / "absent.sock")),
+         "5,000 pods, UIDs from the log directories only"),
+        ("identity-on", ("--pod-labels", IDENTITY_LABELS),
+         f"5,000 pods, the Pods API, --pod-labels {IDENTITY_LABELS}"),
+    )  # fmt: skip
+    try:
+        for name, extra, label in runs:
+            exp = start_exporter(node, name, poll, extra)
+            try:
+                if name == "identity-on":
+                    synced = functools.partial(_identity_synced, exp)
+                    footprint.wait_for("the Pods API synced", synced, [exp])
+                _, body = footprint.get(exp.url + "/metrics", {"Accept": OPENMETRICS})
+                series = sum(
+                    1 for line in body.splitlines()
+                    if line.startswith((b"podres_pod_info{", b"podres_pod_labels_info{"))
+                )  # fmt: skip
+                out.append((steady(exp, window, label), series))
+            finally:
+                footprint.stop(exp)
+    finally:
+        if node.sim is not None:
+            footprint.stop(node.sim)
+    return out
+
+
+def report_identity(runs: list[tuple[Steady, int]]) -> None:
+    print(f"\npod identity at 5,000 pods ({POLL_S:g} s poll, 2 scrapers every 15 s):")
+    for run, series in runs:
+        print(
+            f"  {run.label}: steady CPU {100 * run.cpu:.2f} % of a core, resident "
+            f"{run.rss / MIB:.1f} MiB, {series} identity series "
+            f"(memory target {TARGET_RSS // MIB} MiB: "
+            f"{verdict(run.rss < TARGET_RSS)})"
+        )
+    if len(runs) == 2:  # noqa: PLR2004 - off, then on
+        (off, _), (on, _) = runs
+        print(
+            f"  pod identity adds {100 * (on.cpu - off.cpu):+.2f} % of a core and "
+            f"{(on.rss - off.rss) / MIB:+.1f} MiB"
+        )
+
+
 def measure(ns: argparse.Namespace, tmp: Path) -> Run:
     """Every part of the run on ``ns.scenario`` (short windows when ``ns.quick``)."""
     window = 2.0 if ns.quick else 120.0
@@ -1111,7 +1183,15 @@ def main() -> int:
     )
     parser.add_argument("--scenario", default="large")
     parser.add_argument("--churn-minutes", type=float, help="default 10 (quick: 0.05)")
+    parser.add_argument(
+        "--pod-identity", action="store_true", help="only the pod-identity path at 5,000 pods"
+    )
     ns = parser.parse_args()
+    if ns.pod_identity:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; scenario identity")
+        with footprint.workdir() as tmp:
+            report_identity(pod_identity(ns, tmp))
+        return 0
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; scenario {ns.scenario}")
     with footprint.workdir() as tmp:
         run = measure(ns, tmp)

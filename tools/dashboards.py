@@ -29,6 +29,7 @@ from grafana import (
     JSON,
     Dashboard,
     Link,
+    Panel,
     Query,
     Row,
     Variable,
@@ -154,6 +155,49 @@ GPU_VAR = query_variable(
     "gpu", "GPU", f"label_values({sel('podres_gpu_info')}, uuid)",
     description="GPU and MIG instance UUIDs of the selected nodes.",
 )  # fmt: skip
+# The pod label the boards filter by (tools/mixin_config.py's pod_label renames it).
+POD_LABEL = "label_team"
+OWNER_VAR = query_variable(
+    "owner", "Workload", f"label_values({sel('podres_pod_info')}, owner_name)",
+    description="Workloads (a pod's controlling owner, a Deployment above its ReplicaSet), "
+    "from podres_pod_info.",
+)  # fmt: skip
+POD_LABEL_VAR = query_variable(
+    "pod_label", "Pod label", f"label_values({sel('podres_pod_labels_info')}, {POD_LABEL})",
+    description=f"Values of the pod label {POD_LABEL} (an exporter's --pod-labels must allow "
+    "it; the mixin setting pod_label picks another). All: every pod, with or without it.",
+)  # fmt: skip
+
+
+def by_workload(expr: str) -> str:
+    """``expr`` (series with namespace and pod) with each pod's workload (owner_kind,
+    owner_name) from podres_pod_info, limited to the ``$owner`` and ``$pod_label`` picked:
+    a pod whose label has another value is left out; "All" leaves nothing out, and neither
+    does a node whose exporter serves no pod labels."""
+    on = "on (cluster, node, namespace, pod)"
+    info = sel("podres_pod_info", rx("owner_name", "$owner"))
+    other = sel("podres_pod_labels_info", f'{POD_LABEL}!~"$pod_label"')
+    return f"({expr} * {on} group_left (owner_kind, owner_name) {info} unless {on} {other})"
+
+
+def workloads_table(*holder: str) -> Panel:
+    """Devices and exclusive CPUs held per workload (and resource) on the board's nodes;
+    ``holder``: the board's namespace and pod matchers, if it has them."""
+    devices = by_workload(sel("podres_container_device_info", *holder, rx("resource", "$resource")))
+    cpus = by_workload(sel("podres_container_exclusive_cpus", *holder))
+    return table(
+        "Devices and CPUs by workload",
+        "Which workload (Deployment, StatefulSet, Job ...) holds how many devices of which "
+        "resource, and how many exclusive CPUs?",
+        Query(f"count by (owner_kind, owner_name, resource) ({devices})"),
+        Query(f"sum by (owner_kind, owner_name) ({cpus})"),
+        unit="none",
+        columns={"owner_kind": "Kind", "owner_name": "Workload", "resource": "Resource",
+                 "Value #A": "Devices", "Value #B": "Exclusive CPUs"},
+        sort_by="Devices", sort_desc=True, height=10,
+    )  # fmt: skip
+
+
 JOB_VAR = constant_variable(
     "job", JOBS, "Scrape jobs of the exporter and the device plugin (see docs/deploy.md)."
 )
@@ -267,9 +311,10 @@ def fleet_board(multi_cluster: bool) -> Dashboard:
     )  # fmt: skip
     return Dashboard(
         UID_FLEET, "podres / Fleet",
-        "Every node's free, allocated and unhealthy devices and CPUs; where each pod shape "
-        "fits; links into the per-node boards.",
-        (TAG,), variables(multi_cluster, RESOURCE_VAR), (overview, devices, nodes, fit_row()),
+        "Every node's free, allocated and unhealthy devices and CPUs, per workload; where each "
+        "pod shape fits; links into the per-node boards.",
+        (TAG,), variables(multi_cluster, RESOURCE_VAR, OWNER_VAR, POD_LABEL_VAR),
+        (overview, devices, Row("Workloads", (workloads_table(),)), nodes, fit_row()),
         links=dashboard_links(TAG, "podres boards"),
     )  # fmt: skip
 
@@ -483,8 +528,11 @@ def node_board(multi_cluster: bool) -> Dashboard:
         UID_NODE, "podres / Node allocation",
         "Who holds which CPUs, devices and memory on a node, and what is still free, per "
         "NUMA node.",
-        (TAG,), variables(multi_cluster, NAMESPACE_VAR, POD_VAR, RESOURCE_VAR),
-        (cpus, devices, memory, pods), links=dashboard_links(TAG, "podres boards"),
+        (TAG,), variables(multi_cluster, NAMESPACE_VAR, POD_VAR, RESOURCE_VAR, OWNER_VAR,
+                          POD_LABEL_VAR),
+        (cpus, devices, memory, pods,
+         Row("Workloads", (workloads_table(*HOLDER),))),
+        links=dashboard_links(TAG, "podres boards"),
     )  # fmt: skip
 
 
@@ -1395,7 +1443,11 @@ def configured(board: JSON, config: MixinConfig) -> JSON:
     labels renamed in every query, legend and table column, the job constant its selectors'."""
     names = {
         old: new
-        for old, new in (("node", config.node_label), ("cluster", config.cluster_label))
+        for old, new in (
+            ("node", config.node_label),
+            ("cluster", config.cluster_label),
+            (POD_LABEL, config.pod_label),
+        )
         if old != new
     }
     legend = {f"{{{{{old}}}}}": f"{{{{{new}}}}}" for old, new in names.items()}

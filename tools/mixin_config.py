@@ -39,6 +39,9 @@ class MixinConfig:
     # results. The recording rules take its value from podres_node_info (the node the agent
     # runs on), so they need no scrape relabelling.
     node_label: str = "node"
+    # The pod label the boards filter workloads by: a `label_<key>` of podres_pod_labels_info,
+    # so a key the exporters' --pod-labels allows (the default: `team`, label_team).
+    pod_label: str = "label_team"
     # Where each alert's runbook is: `{anchor}` becomes the alert name in lower case.
     runbook_url: str = (
         "https://github.com/podres-exporter/podres-exporter/blob/main/docs/runbooks.md#{anchor}"
@@ -111,7 +114,7 @@ class ConfigFileError(ValueError):
 
 
 # Settings that must be a Prometheus label name, and settings with a fixed set of values.
-_LABEL_NAMES = ("cluster_label", "node_label")
+_LABEL_NAMES = ("cluster_label", "node_label", "pod_label")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _CHOICES = {"target_down_alert": ("true", "false")}
 

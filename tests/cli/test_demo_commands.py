@@ -23,6 +23,7 @@ from podres_exporter.cli.demo import DEMO_LISTEN, demo_settings, podres_command
 from podres_exporter.daemon.options import given
 from podres_exporter.daemon.values import parse_listen_address
 from podres_exporter.exporter.settings import CONFIG, Settings
+from podres_sim.scenario import load_builtin
 from tests.support import Samples, http_get, parse_samples, select, wait_until
 
 
@@ -166,6 +167,54 @@ def test_the_demo_names_its_node_as_the_simulated_one(demo: Demo) -> None:
     assert [dict(k)["node"] for k in exported] == [name.group(1)]
     plugin = select(_scrape(demo.plugin_url), "podres_plugin_node_info")
     assert [dict(k)["node"] for k in plugin] == [name.group(1)]
+
+
+def _scenario_owner(spec: Any, node: str) -> tuple[str, str] | None:
+    """The workload a scenario's pod template gives its pods, as docs/metrics.md resolves
+    it: its ``owner`` (``none``: a bare pod), else the kind its naming implies."""
+    if spec.owner:
+        return None if spec.owner == "none" else (spec.owner, spec.name)
+    kinds = {"deployment": "Deployment", "statefulset": "StatefulSet", "generated": "DaemonSet"}
+    if spec.naming == "static":
+        return ("Node", node)
+    kind = kinds.get(spec.naming)
+    return (kind, spec.name) if kind else None
+
+
+def test_the_demo_shows_each_pods_owner_and_labels_as_the_scenario_gives_them(
+    demo: Demo,
+) -> None:
+    """podres_pod_info names every pod's workload as the scenario's pod template does (a
+    Deployment's pods under the Deployment), and podres_pod_labels_info its team."""
+    scenario = load_builtin("demo")
+    node = scenario.node.name
+
+    def owners() -> dict[tuple[str, str], tuple[str, str] | None]:
+        rows = select(_scrape(demo.metrics_url), "podres_pod_info")
+        found = {}
+        for key in rows:
+            labels = dict(key)
+            owner = (labels["owner_kind"], labels["owner_name"]) if "owner_kind" in labels else None
+            found[(labels["namespace"], labels["pod"])] = owner
+        # The Pods API syncs beside the polls: wait for its owners.
+        return found if any(o is not None and o[0] == "Deployment" for o in found.values()) else {}
+
+    served = wait_until(owners, timeout=30)
+    templates = sorted(scenario.pods, key=lambda p: -len(p.name))
+    checked = 0
+    for (namespace, pod), owner in served.items():
+        spec = next(
+            (t for t in templates if t.namespace == namespace and pod.startswith(t.name)), None
+        )
+        assert spec is not None, (namespace, pod)
+        assert owner == _scenario_owner(spec, node), (namespace, pod)
+        checked += 1
+    assert checked == len(served) > 30
+    teams = {
+        dict(key)["pod"]: dict(key).get("label_team")
+        for key in select(_scrape(demo.metrics_url), "podres_pod_labels_info")
+    }
+    assert teams["jupyter-alice"] == "research"
 
 
 def test_the_printed_command_names_the_podres_being_run(demo: Demo) -> None:

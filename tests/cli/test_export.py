@@ -266,8 +266,10 @@ def test_promtool_accepts_the_exposition(make_sim: MakeSim, make_exporter: MakeE
 def test_docs_list_every_metric(make_sim: MakeSim, make_exporter: MakeExporter) -> None:
     """docs/metrics.md lists every family the demo serves, and serves all it lists."""
     sim = make_sim("demo")
-    exp = make_exporter(sim)
+    exp = make_exporter(sim, pod_labels=("team",))
     wait_until(lambda: ready(exp))
+    # The Pods API route syncs beside the polls: its device health follows.
+    wait_until(lambda: b"podres_container_device_health_info{" in http_get(exp.url + "/metrics")[2])
     text = http_get(exp.url + "/metrics")[2].decode()
     served = set(re.findall(r"^# TYPE (podres_\w+) ", text, re.M))
     served = {

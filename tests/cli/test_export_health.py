@@ -160,4 +160,7 @@ def test_stop_cancels_a_hung_kubelet_call(make_sim: MakeSim) -> None:
     with capture_logs() as logs:
         exp.stop("test")
     assert not exp.poller.alive()
-    assert [e["event"] for e in logs] == ["exporter_stopped"]
+    # (The pod-identity routes say that they stopped: not a failure of the call.)
+    assert [e["event"] for e in logs if not e["event"].startswith("pods_api_")] == [
+        "exporter_stopped"
+    ]

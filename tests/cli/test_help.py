@@ -62,7 +62,10 @@ def test_the_help_names_what_each_value_is(
     text = help_of(command, capsys)
     assert "VALUE" not in text
     for opt in TABLES[command]:
-        assert f"{opt.flag} {opt.placeholder}" in text
+        if opt.switch:  # takes no value: one --[no-]NAME
+            assert f"--[no-]{opt.flag.removeprefix('--')}" in text
+        else:
+            assert f"{opt.flag} {opt.placeholder}" in text
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -45,6 +45,9 @@ from podres_exporter.core.model import (
     RequestStats,
     Support,
 )
+from podres_exporter.core.podidentity import PodIdentity, merge
+from podres_exporter.core.podlabels import Allowlist
+from podres_exporter.core.podmeta import OwnerRef, PodDirectory, PodMeta, ResourceHealth, Route
 from podres_exporter.core.telemetry import (
     DrmCardReading,
     GpuInventory,
@@ -369,6 +372,67 @@ RESOLUTIONS = (
     Resolution("example.com/widget", "widget-0", Kind.UNKNOWN, "widget-0", False),
 )
 
+# ------------------------------------------------------------------ pods
+
+TRAIN_UID = "0b9c2f4e-1d2a-4c5b-9e8f-7a6b5c4d3e2f"
+SERVE_UID = "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b"
+# ml/train: a Job's pod on the Pods API, GPU-a1 unhealthy; web/serve: a Deployment's pod
+# (its ReplicaSet named <deployment>-<hash>); kube-system/etcd-node: known by its log
+# directory alone.
+POD_DIRECTORIES = {
+    Route.PODS_API: PodDirectory(
+        Route.PODS_API,
+        MappingProxyType(
+            {
+                TRAIN_UID: PodMeta(
+                    "ml",
+                    "train",
+                    TRAIN_UID,
+                    Route.PODS_API,
+                    phase="Running",
+                    qos_class="Guaranteed",
+                    owners=(OwnerRef("Job", "train", controller=True),),
+                    labels=MappingProxyType({"team": "vision", "app.kubernetes.io/name": "t"}),
+                    resource_health=MappingProxyType(
+                        {"main": (ResourceHealth("nvidia.com/gpu", "GPU-a1", "Unhealthy"),)}
+                    ),
+                ),
+                SERVE_UID: PodMeta(
+                    "web",
+                    "serve",
+                    SERVE_UID,
+                    Route.PODS_API,
+                    phase="Running",
+                    qos_class="Burstable",
+                    owners=(OwnerRef("ReplicaSet", "serve-7d9f8b6c5d", controller=True),),
+                    labels=MappingProxyType(
+                        {"pod-template-hash": "7d9f8b6c5d", "app.kubernetes.io/name": "serve"}
+                    ),
+                ),
+            }
+        ),
+        taken_at=1_700_000_000.0,
+    ),
+    Route.LOG_DIRS: PodDirectory(
+        Route.LOG_DIRS,
+        MappingProxyType(
+            {
+                "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a": PodMeta(
+                    "kube-system",
+                    "etcd-node",
+                    "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a",
+                    Route.LOG_DIRS,
+                ),
+                TRAIN_UID: PodMeta("ml", "train", TRAIN_UID, Route.LOG_DIRS),
+            }
+        ),
+        stale=True,
+        taken_at=1_699_999_990.0,
+    ),
+    Route.APISERVER: None,
+}
+IDENTITY = merge(POD_DIRECTORIES, Allowlist.of(("team", "app.kubernetes.io/*")))
+
 # ------------------------------------------------------------------ sources
 
 # cpu failed without ever succeeding; gpu is fine; sysfs timed out and serves its last read.
@@ -393,6 +457,7 @@ def node_view(
     stats: RequestStats | None = None,
     kubelet_up: bool = True,
     suspect_empty_readings: int = 0,
+    identity: PodIdentity | None = None,
 ) -> NodeView:
     """A view taken at TAKEN_AT on TOPOLOGY: ``reading`` accounted, ``joined`` as given."""
     snapshot = Snapshot(
@@ -404,6 +469,7 @@ def node_view(
         stats=stats or RequestStats(),
         suspect_empty_readings=suspect_empty_readings,
         telemetry=telemetry,
+        identity=identity,
     )
     return NodeView(snapshot, account(reading, TOPOLOGY) if reading else None, joined)
 
@@ -427,6 +493,7 @@ def rich_view() -> NodeView:
             idle=IDLE,
         ),
         stats=STATS,
+        identity=IDENTITY,
     )
 
 

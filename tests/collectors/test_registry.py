@@ -53,6 +53,7 @@ def test_the_registry_names_order_and_defaults() -> None:
         "cpu_usage",
         "placement",
         "kubelet_policy",
+        "pods",
     ]
     assert all(c.default_enabled for c in ALL)
 

@@ -225,6 +225,7 @@ def test_what_did_not_change_is_neither_accounted_nor_rendered_again(
 
         victim = next(p for p in sim.node.pods if p.containers)
         sim.node.remove(victim.namespace, victim.name)
+        host.refresh(seconds=0)  # the kubelet removes a deleted pod's log directory
         third, families3 = poll(second, 3)
         assert third.accounting is not second.accounting
         assert third.joined is not None

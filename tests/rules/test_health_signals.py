@@ -32,6 +32,8 @@ HEALTH_SIGNALS = {
     "podres_source_stale": "",
     "podres_node_device_info": 'state="allocated_unhealthy"',
     "podres_plugin_registered": "",
+    "podres_container_device_health_info": 'health="Unhealthy"',
+    "podres_pod_identity_source_stale": "",
 }
 # Families that look like health signals but have no alert of their own, with the reason.
 NO_ALERT = {
@@ -39,6 +41,9 @@ NO_ALERT = {
     "PodresSnapshotStale say when the kubelet's data ages",
     "podres_source_up": "a failed read leaves the source stale: PodresTelemetrySourceStale",
     "podres_source_last_success_timestamp_seconds": "the same, as a time",
+    "podres_pod_identity_source_up": "0 where the node serves no such route (no Pods API "
+    "before 1.36, the API server not opted in): no data, not a fault; one that fails after "
+    "answering is stale: PodresPodIdentityRouteStale",
     "podres_nvml_available": "0 on a node without an NVIDIA driver: no data, not a fault",
     "podres_kubelet_config_up": "0 where the kubelet's configuration file is not mounted "
     "(a deployment's choice): no data, not a fault; a file that turns unreadable leaves its "

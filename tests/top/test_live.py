@@ -41,7 +41,8 @@ def test_keys_change_view_sort_filters_and_quit() -> None:
     assert press(s, "vv").options.view == "containers"
     assert press(s, "s").options.sort_key == "cpus"
     assert press(s, "ss").options.sort_key == "busy"
-    assert press(s, "S").options.sort_key == "memory"
+    assert press(s, "S").options.sort_key == "owner"
+    assert press(s, "SS").options.sort_key == "memory"
     assert press(s, "vs").options.sort_key == "id", "the devices view has its own columns"
     assert press(s, "I").options.reverse
     typed = press(s, "nml-x\x7ftraining")

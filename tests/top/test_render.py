@@ -57,7 +57,7 @@ def check_golden(name: str, text: str, update: bool) -> None:
 @pytest.mark.parametrize("scenario", ["demo", "minimal"])
 def test_golden_frames(scenario: str, make_sim: MakeSim, update_goldens: bool) -> None:
     """Both views of each scenario at 80 and 160 columns equal their reviewed frames."""
-    data = local_data(make_sim(scenario))
+    data = local_data(make_sim(scenario, pods_api=False))  # owners: test_owner.py
     for view in ("containers", "devices"):
         for width in (80, 160):
             text = render(data, Options(view=view), width)
@@ -68,7 +68,7 @@ def test_golden_frames(scenario: str, make_sim: MakeSim, update_goldens: bool) -
 
 def test_golden_wide_and_live_frames(make_sim: MakeSim, update_goldens: bool) -> None:
     """-o wide (device ids, pinned memory) and a live frame cut to the terminal's height."""
-    data = local_data(make_sim("demo"))
+    data = local_data(make_sim("demo", pods_api=False))  # owners: test_owner.py
     wide = render(data, Options(wide=True), 240)
     check_golden("demo-containers-wide-240", wide, update_goldens)
     check_golden("demo-devices-wide-240", render(data, Options(view="devices", wide=True), 240),

@@ -69,6 +69,10 @@ sys.modules[__name__] = scenario_nvml(resolve_scenario({scenario!r}))
 """
 
 
+DEMO_POD_LABELS = ("team", "app.kubernetes.io/*")
+"""The pod labels the demo's exporter serves unless told otherwise: those its pods carry."""
+
+
 def demo_settings(
     settings: Settings,
     flags: Mapping[str, Any],
@@ -79,7 +83,9 @@ def demo_settings(
 ) -> Settings:
     """``settings`` with the demo's own defaults where no flag, variable or config key
     set them: :data:`DEMO_LISTEN` (resolved through the demo's declaration of
-    ``--listen-address``), and :data:`TERMINAL_LOG_LEVEL` when ``terminal``."""
+    ``--listen-address``), :data:`DEMO_POD_LABELS` (the demo's pods' labels, so that
+    ``podres_pod_labels_info`` shows them), and :data:`TERMINAL_LOG_LEVEL` when
+    ``terminal``."""
     path = config_path or env.get("PODRES_CONFIG")
     file_values = read_config_file(path) if path else {}
 
@@ -90,6 +96,8 @@ def demo_settings(
     changes: dict[str, Any] = {
         "listen_address": resolve(DEMO_LISTEN_ADDRESS, flags, env, file_values, path)
     }
+    if unset("--pod-labels"):
+        changes["pod_labels"] = DEMO_POD_LABELS
     if terminal and unset("--log-level"):
         changes["log_level"] = TERMINAL_LOG_LEVEL
     return replace(settings, **changes)

@@ -54,7 +54,9 @@ def run_snapshot(settings: Settings, *, pod: str | None = None, telemetry: bool 
     process.configure_logging(settings.log_level, settings.log_format, stream=held)
     check_listener(settings.kubelet_socket)
     # Every collector's telemetry: NVML on the real driver, sysfs devices, procfs.
-    reader = NodeReader.from_settings(settings, telemetry=telemetry, enabled=collectors.ALL)
+    reader = NodeReader.from_settings(
+        settings, telemetry=telemetry, enabled=collectors.ALL, identity=False
+    )
     try:
         seen = reader.observe()
         if seen.reading is None and isinstance(

@@ -31,6 +31,7 @@ from podres_exporter.collectors import (
     net,
     pci,
     placement,
+    pods,
     telemetry_sources,
 )
 from podres_exporter.collectors.base import Collector, RenderContext
@@ -53,6 +54,7 @@ ALL: tuple[Collector, ...] = (
     cpu_usage.COLLECTOR,
     placement.COLLECTOR,
     kubelet_policy.COLLECTOR,
+    pods.COLLECTOR,
 )
 BY_NAME: Mapping[str, Collector] = {c.name: c for c in ALL}
 

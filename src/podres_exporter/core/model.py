@@ -185,10 +185,14 @@ class PodLiveness:
     directory could not be read. ``live_uids``: the UIDs that still have a pod cgroup
     under ``kubepods``; None when no kubepods hierarchy could be found. The rule that
     turns these facts into running / finished / undecided is ``accounting.pod_state``.
+    ``phases``: the phase of each incarnation per (namespace, pod), where a pod-identity
+    route gives it (the kubelet's Pods API, the API server); it settles a pod ahead of
+    the two trees. None: no route gives phases.
     """
 
     pod_uids: Mapping[tuple[str, str], frozenset[str]] | None
     live_uids: frozenset[str] | None
+    phases: Mapping[tuple[str, str], frozenset[str]] | None = None
 
 
 NOTHING_CONTESTED = PodLiveness(MappingProxyType({}), frozenset())

@@ -21,6 +21,7 @@ from podres_exporter.core.model import (
     RequestStats,
     Support,
 )
+from podres_exporter.core.podidentity import PodIdentity
 from podres_exporter.core.telemetry import Telemetry
 
 
@@ -32,6 +33,8 @@ class Snapshot:
     ``kubelet_up`` says whether THIS poll reached the kubelet. ``generation``
     increases with every published Snapshot. ``liveness``: the node's facts on which
     listed pods still run, read beside the kubelet (None: not read; every holder counts).
+    ``identity``: every pod's UID, phase, owner, allowed labels and device health, merged
+    over the pod-identity routes (None: no route is read).
     """
 
     generation: int
@@ -44,6 +47,7 @@ class Snapshot:
     suspect_empty_readings: int = 0
     telemetry: Telemetry | None = None
     liveness: PodLiveness | None = None  # which listed pods still run; None: not read
+    identity: PodIdentity | None = None  # whose each pod is; None: no route read
 
     @property
     def ready(self) -> bool:

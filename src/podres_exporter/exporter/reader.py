@@ -33,17 +33,17 @@ from prometheus_client.metrics_core import Metric
 from podres_exporter import collectors
 from podres_exporter.buildinfo import BuildInfo
 from podres_exporter.collectors import Collector, RenderContext
-from podres_exporter.core.accounting import contested
 from podres_exporter.core.errors import ConfigError, KubeletError, SourceError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.core.model import (
-    NOTHING_CONTESTED,
     KubeletReading,
     NodeTopology,
     PodAlloc,
     PodLiveness,
     RequestStats,
 )
+from podres_exporter.core.podidentity import PodIdentity
+from podres_exporter.core.podlabels import Allowlist
 from podres_exporter.core.telemetry import SourceStatus, Telemetry
 from podres_exporter.core.view import NodeView, Snapshot
 from podres_exporter.exporter.settings import Settings
@@ -53,6 +53,11 @@ from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
 from podres_exporter.sources.kubeletconfig import kubelet_config_reader
 from podres_exporter.sources.liveness import read_liveness
+from podres_exporter.sources.poddirectory import (
+    IdentityReader,
+    build_directory_sources,
+    liveness_of,
+)
 from podres_exporter.sources.procfs import ContainerIndexCache, read_cpu_times, read_pid_cgroups
 from podres_exporter.sources.sysfs import StaticCache, read_devices
 
@@ -333,6 +338,7 @@ class Observation:
     ``reading`` None: the kubelet could not be read (``kubelet_error``).
     ``telemetry`` None: no telemetry source is enabled.
     ``liveness`` None: not read (no reading, or no liveness source).
+    ``identity`` None: no pod-identity route is read.
     """
 
     topology: NodeTopology | None
@@ -343,6 +349,7 @@ class Observation:
     stats: RequestStats
     taken_at: float
     liveness: PodLiveness | None = None
+    identity: PodIdentity | None = None
 
 
 class NodeReader:
@@ -351,7 +358,8 @@ class NodeReader:
     Build it with :meth:`from_settings` (what every command does); the parts can be
     injected for tests. ``gpu_backend``: NVML by default, opened only when the gpu
     collector is on; a backend passed in is the caller's to close. ``telemetry``
-    False reads the kubelet and the topology only.
+    False reads the kubelet and the topology only. ``identity``: the pod-identity routes
+    (started by the caller; :meth:`close` stops them when they are among ``owned``).
     """
 
     def __init__(
@@ -365,9 +373,11 @@ class NodeReader:
         owned: Iterable[Callable[[], None]] = (),
         wall_clock: Callable[[], float] = time.time,
         liveness: Callable[[], PodLiveness] | None = None,
+        identity: IdentityReader | None = None,
     ) -> None:
         self.kubelet = kubelet
         self._liveness = liveness
+        self._identity = identity
         self.enabled = tuple(enabled)
         self._read_topology = read_topology
         self._runner = runner
@@ -385,8 +395,10 @@ class NodeReader:
         telemetry: bool = True,
         enabled: Iterable[Collector] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        identity: bool = True,
     ) -> NodeReader:
-        """The reader the settings describe; ConfigError for an unknown collector."""
+        """The reader the settings describe; ConfigError for an unknown collector.
+        ``identity`` False reads no pod-identity route (a one-shot reading that shows none)."""
         chosen = tuple(enabled) if enabled is not None else enabled_collectors(settings)
         client = KubeletClient(
             settings.kubelet_socket,
@@ -396,6 +408,13 @@ class NodeReader:
             wall_clock=wall_clock,
         )
         owned: list[Callable[[], None]] = [client.close]
+        routes = None
+        if identity:
+            routes = IdentityReader(
+                build_directory_sources(settings), Allowlist.of(settings.pod_labels)
+            )
+            routes.start()
+            owned.append(routes.stop)
         runner = None
         if telemetry:
             own_backend = None
@@ -425,6 +444,7 @@ class NodeReader:
             gpu_resources=settings.gpu_resources,
             owned=owned,
             wall_clock=wall_clock,
+            identity=routes,
         )
 
     @property
@@ -447,11 +467,10 @@ class NodeReader:
             reading = self.kubelet.read()
         except KubeletError as err:
             kubelet_error = err
+        identity = self._identity.read() if self._identity is not None else None
         liveness = None
-        if reading is not None and self._liveness is not None:
-            # Read only when some device or CPU is listed by several pods (a kubelet
-            # before 1.34 listing a finished pod): never on most nodes.
-            liveness = self._liveness() if contested(reading) else NOTHING_CONTESTED
+        if reading is not None:
+            liveness = liveness_of(reading, identity, self._liveness)
         telemetry = self._runner.collect() if self._runner is not None else None
         return Observation(
             topology=topology,
@@ -462,6 +481,7 @@ class NodeReader:
             stats=self.kubelet.stats(),
             taken_at=self._wall(),
             liveness=liveness,
+            identity=identity,
         )
 
     def view(
@@ -485,6 +505,9 @@ class NodeReader:
         reading, liveness = seen.reading, seen.liveness
         if reading is None and last is not None:
             reading, liveness = last.reading, last.liveness
+        identity = seen.identity
+        if identity is None and last is not None:
+            identity = last.identity
         error = seen.kubelet_error
         snap = Snapshot(
             generation=generation,
@@ -497,6 +520,7 @@ class NodeReader:
             suspect_empty_readings=suspect_empty_readings,
             telemetry=seen.telemetry,
             liveness=liveness,
+            identity=identity,
         )
         return NodeView.of(snap, previous, gpu_resources=self._gpu_resources)
 
@@ -515,6 +539,7 @@ class NodeReader:
         self.kubelet.release()
 
     def close(self) -> None:
-        """Close what the reader opened (the kubelet channel, NVML, the source threads)."""
+        """Close what the reader opened (the kubelet channel, NVML, the source threads,
+        the pod-identity routes)."""
         for close in self._owned:
             close()

@@ -26,6 +26,7 @@ from podres_exporter.buildinfo import BuildInfo, build_info
 from podres_exporter.core.errors import ConfigError
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.core.limits import DEFAULT_LIMITS, AnswerLimits
+from podres_exporter.core.podlabels import parse_allowlist
 from podres_exporter.daemon.flags import (
     KUBELET_SOCKET,
     LOG_FORMAT,
@@ -54,6 +55,7 @@ from podres_exporter.daemon.values import (
     shown,
     size,
 )
+from podres_exporter.sources.apiserver_wire import ApiServer, in_cluster
 from podres_exporter.sources.sysfs import DEFAULT_OPEN_FILES
 
 DEFAULT_LISTEN = ":9842"
@@ -109,6 +111,12 @@ OPTIONS: tuple[Option, ...] = (
            "(gRPC's 4 MiB is too small for busy nodes). At most 1Gi: gRPC cannot take 2Gi, "
            "and a kubelet's answer is a few MiB even with 20,000 pods."),
     *ANSWER_LIMITS,
+    Option("--kubelet-pods-api-socket", "kubelet_pods_api_socket", parse_path, None,
+           "The kubelet's Pods API socket (KEP-4188, beta in 1.37), read for each pod's UID, "
+           "phase, owner, labels and device health where the kubelet serves it. Unset: "
+           "pods-api/pods-api.sock under the kubelet's root, beside the --kubelet-socket "
+           "directory. Absent or refusing: the route is off, and tried again.",
+           metavar="PATH"),
     Option("--kubelet-timeout", "kubelet_timeout_s", duration(min_s=0.1, max_s=60.0), 10.0,
            "Deadline of each kubelet call. At least 100ms: less fails calls a busy kubelet "
            "answers. At most 1m: the kubelet answers in milliseconds, and a call still open "
@@ -166,6 +174,11 @@ OPTIONS: tuple[Option, ...] = (
            "lookup). Each costs about 4 KiB of kernel memory on sysfs, charged to the pod. At "
            "most a quarter of the open-file limit is used. 0: every file is opened and closed "
            "at every poll."),
+    Option("--pod-labels", "pod_labels", parse_allowlist, "",
+           "Comma-separated pod label keys served on podres_pod_labels_info, as "
+           "label_<key> (kube-state-metrics' naming); '*' stands for any run of characters "
+           "(app.kubernetes.io/*, or * for every label). Empty: no pod label is served.",
+           metavar="KEYS"),
     Option("--gpu-resources", "gpu_resources", parse_patterns,
            ",".join(DEFAULT_GPU_RESOURCES),
            "Comma-separated glob patterns of the resources whose device ids are read as GPUs "
@@ -200,6 +213,20 @@ def kubelet_root(socket: str) -> str:
 
 
 # ---- end of the kubelet's own files
+
+
+# --- The opt-in API-server route of pod identity (sources/apiserver.py) ---------------------
+POD_IDENTITY_APISERVER = Option(
+    "--pod-identity.apiserver", "pod_identity_apiserver", parse_bool, False,
+    "Also read this node's pods from the API server (a watch with the field selector "
+    "spec.nodeName), for kubelets without the Pods API. Needs the RBAC of the "
+    "pod-identity-apiserver component (get, list and watch on every pod of the cluster: "
+    "RBAC cannot narrow it to a node) and the pod's ServiceAccount token; the server is "
+    "the one KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT name.",
+    switch=True,
+)  # fmt: skip
+OPTIONS += (POD_IDENTITY_APISERVER,)
+# --- end of the API-server route's option ---------------------------------------------------
 BY_FLAG = {o.flag: o for o in OPTIONS}
 
 CONFIG = Option(
@@ -258,8 +285,15 @@ class Settings:
     log_level: str
     log_format: str
     web_config_file: str | None = None
+    # --pod-labels: the pod label keys and patterns served (empty: none).
+    pod_labels: tuple[str, ...] = ()
+    # --kubelet-pods-api-socket; None: beside the pod-resources socket (pods_api_socket).
+    kubelet_pods_api_socket: str | None = None
     # --node-name, else NODE_NAME, else the host name: resolved by build().
     node_name: str = ""
+    # --pod-identity.apiserver: the API server to watch this node's pods on (from the
+    # in-cluster environment), None when the route is off (the default).
+    pod_identity_apiserver: ApiServer | None = None
     # The build's version, revision and Python version (podres_build_info).
     build: BuildInfo = field(default_factory=lambda: BuildInfo(__version__))
     # --collector.NAME switches given (name -> on/off); the others keep their default.
@@ -332,7 +366,28 @@ def build(
         if on is not None:
             overrides[name] = on
     values["node_name"] = node_name(values["node_name"], env)
+    values["pod_identity_apiserver"] = _apiserver(values, origins, env)
     return Settings(**values, build=build_info(__version__, env), collector_overrides=overrides)
+
+
+def _apiserver(
+    values: Mapping[str, Any], origins: Mapping[str, str], env: Mapping[str, str]
+) -> ApiServer | None:
+    """The API server of --pod-identity.apiserver, from the in-cluster environment; None
+    when the route is off. ConfigError when it is on outside a cluster."""
+    if not values["pod_identity_apiserver"]:
+        return None
+    where = f"--pod-identity.apiserver (from {origins['pod_identity_apiserver']})"
+    try:
+        server = in_cluster(env)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    if server is None:
+        raise ConfigError(
+            f"{where}: KUBERNETES_SERVICE_HOST is not set: the route reads the API server "
+            "of the cluster the exporter runs in, as a pod"
+        )
+    return server
 
 
 def _is_table(key: str, known: set[str]) -> bool:

@@ -145,8 +145,10 @@ def container_cells(
     """The containers view: columns and cell texts (raw: :func:`_table` escapes them).
 
     Below ``NARROW`` columns NUMA and ALIGN share a column (``0,1!``: not aligned).
+    ``-o wide`` adds PINNED MEMORY, and OWNER (the pod's workload) where a row has one.
     """
     narrow, short = width < NARROW, width < SHORT
+    owners = wide and any(r.owner for r in rows)
     cols = [
         Col("NAMESPACE", elastic=True, min_width=6),
         Col("POD", elastic=True, min_width=16, middle=True),
@@ -161,6 +163,8 @@ def container_cells(
     ]
     if wide:
         cols.append(Col("PINNED MEMORY", elastic=True, min_width=8))
+    if owners:
+        cols.append(Col("OWNER", elastic=True, min_width=8, middle=True))
     if multi_node:
         cols.insert(0, Col("NODE", elastic=True, min_width=6, middle=True))
     numa_at = [c.header for c in cols].index("NUMA")
@@ -183,6 +187,8 @@ def container_cells(
         ]
         if wide:
             row.append(", ".join(f"{t} {fmt_bytes(v)}" for t, v in r.memory) or "-")
+        if owners:
+            row.append(r.owner or "-")
         if multi_node:
             row.insert(0, r.node)
         if narrow:

@@ -84,6 +84,7 @@ def _container_json(r: ContainerRow) -> dict[str, Any]:
         "namespace": r.namespace,
         "pod": r.pod,
         "container": r.container,
+        "owner": r.owner or None,
         "cpus": r.cpulist,
         "cpu_ids": list(r.cpus),
         "busy_ratio": r.busy,

@@ -158,6 +158,12 @@ def add_top_parser(subparsers: Any) -> None:
     show.add_argument("--namespace", default="", help="only these namespaces (substring or glob)")
     show.add_argument("--pod", default="", help="only these pods (substring or glob)")
     show.add_argument(
+        "--owner",
+        default="",
+        help="only the containers of these workloads, Kind/name as podres_pod_info names "
+        "them (substring or glob: Deployment/web, Job/*); --sort owner groups by workload",
+    )
+    show.add_argument(
         "--resource", default="", help="only these device resources (substring or glob)"
     )
     show.add_argument(
@@ -204,6 +210,7 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
         pod=ns.pod,
         resource=ns.resource,
         wide=ns.output == "wide",
+        owner=ns.owner,
     )
     return TopConfig(
         exporter=exporter,

@@ -16,7 +16,7 @@ from podres_exporter.top.rows import ContainerRow, DeviceRow, TopData, natural_k
 
 VIEWS = ("containers", "devices")
 SORT_KEYS: Mapping[str, tuple[str, ...]] = {
-    "containers": ("name", "cpus", "busy", "numa", "devices", "gpu", "gmem", "memory"),
+    "containers": ("name", "cpus", "busy", "numa", "devices", "gpu", "gmem", "memory", "owner"),
     "devices": ("resource", "id", "numa", "health", "holder", "util"),
 }
 ALL_SORT_KEYS = tuple(dict.fromkeys(k for keys in SORT_KEYS.values() for k in keys))
@@ -28,7 +28,8 @@ class Options:
 
     A filter matches as a substring, or as a glob when it has ``*?[``; empty matches all.
     ``namespace`` and ``pod`` match a device's holders in the devices view; ``resource``
-    matches the resources a container holds in the containers view.
+    matches the resources a container holds in the containers view; ``owner`` a
+    container's workload (``Kind/name``, from ``podres_pod_info``) in the containers view.
     """
 
     view: str = "containers"
@@ -38,6 +39,7 @@ class Options:
     pod: str = ""
     resource: str = ""
     wide: bool = False
+    owner: str = ""
 
     @property
     def sort_key(self) -> str:
@@ -53,6 +55,7 @@ class Options:
                 ("namespace", self.namespace),
                 ("pod", self.pod),
                 ("resource", self.resource),
+                ("owner", self.owner),
             )
             if v
         )
@@ -72,6 +75,7 @@ def _keep_container(r: ContainerRow, o: Options) -> bool:
         matches(o.namespace, r.namespace)
         and matches(o.pod, r.pod)
         and (not o.resource or any(matches(o.resource, d.resource) for d in r.devices))
+        and matches(o.owner, r.owner)
     )
 
 
@@ -93,6 +97,8 @@ _CONTAINER_SORTS: Mapping[str, tuple[Callable[[ContainerRow], Any], bool]] = {
     "gpu": (lambda r: r.gpu_util, True),
     "gmem": (lambda r: r.gpu_mem_used, True),
     "memory": (lambda r: r.pinned_bytes or None, True),
+    # By workload: a workload's containers together, those with none last.
+    "owner": (lambda r: r.owner or None, False),
 }
 _DEVICE_SORTS: Mapping[str, tuple[Callable[[DeviceRow], Any], bool]] = {
     "resource": (lambda r: (r.resource, natural_key(r.device_id)), False),

@@ -7,7 +7,9 @@ nodes (``BENCH_SCENARIOS``), always the same for the same name:
 - ``large``: 256 CPUs over 4 NUMA nodes; 8 GPUs (4 whole, 2 in MIG mode with seven
   1g.10gb instances each, 2 time-sliced four ways); 128 SR-IOV VFs (one PF of 32 per
   NUMA node); 500 pods of 3 containers, 200 of them with exclusive CPUs;
-- ``huge``: ``fleet_scenario(5000)``, whose List answer is over 4 MiB.
+- ``huge``: ``fleet_scenario(5000)``, whose List answer is over 4 MiB;
+- ``identity``: ``identity_scenario(5000)``: ``huge`` with the Pods API on, every pod a
+  Deployment's with 10 labels.
 
 ``fleet_scenario(pods)`` is one pod shape at any count, for the benchmark's linearity
 rows.
@@ -27,9 +29,15 @@ from podres_sim.scenario.records import (
     Scenario,
 )
 
-__all__ = ["BENCH_SCENARIOS", "bench_scenario", "fleet_scenario", "synthetic_scenario"]
+__all__ = [
+    "BENCH_SCENARIOS",
+    "bench_scenario",
+    "fleet_scenario",
+    "identity_scenario",
+    "synthetic_scenario",
+]
 
-BENCH_SCENARIOS = ("small", "large", "huge")
+BENCH_SCENARIOS = ("small", "large", "huge", "identity")
 
 
 def synthetic_scenario(
@@ -110,6 +118,8 @@ def bench_scenario(name: str) -> Scenario:
         return large_scenario()
     if name == "huge":
         return fleet_scenario(5000, name="huge")
+    if name == "identity":
+        return identity_scenario(5000)
     raise ValueError(f"no benchmark scenario {name!r}; have {', '.join(BENCH_SCENARIOS)}")
 
 
@@ -242,6 +252,36 @@ def fleet_scenario(pods: int, *, name: str | None = None) -> Scenario:
     if name is None:
         return scenario
     return replace(scenario, name=name, description=f"{pods} pods of 10 devices, 512 CPUs")
+
+
+def identity_scenario(pods: int = 5000) -> Scenario:
+    """:func:`fleet_scenario` with the kubelet's Pods API on, each pod a Deployment's
+    (owned by its ReplicaSet, with ``pod-template-hash``) carrying 10 labels of its own:
+    the pod-identity path at scale."""
+    base = fleet_scenario(pods, name=f"identity-{pods}")
+    specs = tuple(
+        replace(
+            spec,
+            naming="deployment",
+            labels={
+                "app.kubernetes.io/name": spec.name,
+                "app.kubernetes.io/instance": f"{spec.name}-prod",
+                "app.kubernetes.io/version": f"1.{i % 7}.{i % 3}",
+                "app.kubernetes.io/component": ("server", "worker", "cache")[i % 3],
+                "app.kubernetes.io/part-of": f"platform-{i % 12}",
+                "app.kubernetes.io/managed-by": "helm",
+                "team": f"team-{i % 25}",
+                "cost-center": f"cc-{i % 40:03d}",
+                "environment": ("prod", "staging")[i % 2],
+                "tier": ("gold", "silver", "bronze")[i % 3],
+            },
+        )
+        for i, spec in enumerate(base.pods)
+    )
+    return replace(
+        base, pods=specs, kubelet=replace(base.kubelet, pods_api=True),
+        description=f"{pods} Deployment pods of 10 devices and 10 labels, the Pods API on",
+    )  # fmt: skip
 
 
 def _synthetic_uuid(i: int, salt: str = "") -> str:

@@ -114,3 +114,35 @@ def test_contested_is_a_device_or_cpu_listed_by_several_pods() -> None:
     assert contested(reading((a, cpu)))
     pod_level = PodAlloc("default", "p", (), cpu_ids=frozenset({4}))
     assert contested(reading((own, pod_level)))
+
+
+def test_a_pods_phase_settles_it_ahead_of_the_trees() -> None:
+    """A finished phase drops the holder even where the trees cannot tell (no log
+    directory, no cgroup tree); Pending or Running keeps it; Unknown leaves it to the trees."""
+    phases = {
+        ("default", "old"): frozenset({"Succeeded"}),
+        ("default", "new"): frozenset({"Running"}),
+    }
+    blind = PodLiveness(None, None, phases)
+    acc = account(_contested(), topo(), blind)
+    assert [(r.holder.pod, r.device_id) for r in acc.container_devices] == [("new", "gpu-0")]
+    assert [h.holder.pod for h in acc.container_cpus] == ["new"]
+    assert acc.anomalies[LIVENESS_ANOMALY] == 0
+    # The trees say old runs and new has finished; the phases say otherwise and win.
+    trees = _live({"old": "u1"}, {"new": "u2"})
+    assert pod_state(PodLiveness(trees.pod_uids, trees.live_uids, phases), "default", "new") == (
+        "running"
+    )
+    unknown = PodLiveness(
+        trees.pod_uids, trees.live_uids, {("default", "new"): frozenset({"Unknown"})}
+    )
+    assert pod_state(unknown, "default", "new") == "finished"  # the trees decide
+    # A pod re-created under its name: one incarnation done, the next pending: running.
+    again = PodLiveness(None, None, {("default", "a"): frozenset({"Failed", "Pending"})})
+    assert pod_state(again, "default", "a") == "running"
+    assert (
+        pod_state(
+            PodLiveness(None, None, {("default", "a"): frozenset({"Failed"})}), "default", "a"
+        )
+        == "finished"
+    )

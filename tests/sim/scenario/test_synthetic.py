@@ -15,6 +15,7 @@ from podres_sim.scenario.synthetic import (
     BENCH_SCENARIOS,
     bench_scenario,
     fleet_scenario,
+    identity_scenario,
     synthetic_scenario,
 )
 
@@ -87,6 +88,16 @@ def test_each_scenario_is_the_same_on_every_call(name: str) -> None:
     assert name in BENCH_SCENARIOS
     assert bench_scenario(name) == bench_scenario(name)
     assert fleet_scenario(50) == fleet_scenario(50)  # huge is fleet_scenario(5000)
+
+
+def test_the_identity_node_is_huges_with_the_pods_api_owners_and_ten_labels() -> None:
+    """The pod-identity benchmark's node: fleet pods, each a Deployment's with 10 labels,
+    the kubelet serving its Pods API."""
+    node = identity_scenario(50)
+    assert node.kubelet.pods_api
+    assert len(node.pods) == len(fleet_scenario(50).pods)
+    assert all(p.naming == "deployment" and len(p.labels) == 10 for p in node.pods)
+    assert "identity" in BENCH_SCENARIOS
 
 
 def test_an_unknown_name_is_an_error_naming_the_known_ones() -> None:

@@ -9,7 +9,8 @@ Finished pods on kubelets before 1.34: List may still show a finished pod with d
 given (:class:`~podres_exporter.core.model.PodLiveness`), a device or exclusive CPU listed by
 several pods is held by the pods that still run: a finished holder is dropped. Where
 the facts cannot tell, nothing is dropped and the ``holder_liveness_undecided`` anomaly
-counts it (see :func:`pod_state` for the rule). Without liveness facts (None) the
+counts it (see :func:`pod_state` for the rule: a pod's phase, where a pod-identity route
+gives it, settles it first). Without liveness facts (None) the
 accounting is as before and that anomaly is not reported at all.
 """
 
@@ -24,6 +25,9 @@ from podres_exporter.core.model import ContainerAlloc, Holder, KubeletReading, P
 # where it could not be told which of them still run.
 LIVENESS_ANOMALY = "holder_liveness_undecided"
 POD_STATES = ("running", "finished", "undecided")
+# Phases of a pod that has ended for good, and of one that holds what it was given.
+_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+_LIVE_PHASES = frozenset({"Pending", "Running"})
 
 
 def holdings(pod: PodAlloc) -> Iterator[tuple[Holder, ContainerAlloc]]:
@@ -55,7 +59,12 @@ def contested(reading: KubeletReading) -> bool:
 def pod_state(liveness: PodLiveness, namespace: str, pod: str) -> str:
     """``running``, ``finished`` or ``undecided`` for one listed pod, from node-local facts.
 
-    The rule: the kubelet creates a pod's cgroup before its sandbox, and the sandbox
+    First the pod's phase, where a route gives it (the kubelet's Pods API, the API
+    server): a pod with an incarnation ``Pending`` or ``Running`` is running; one whose
+    every incarnation is ``Succeeded`` or ``Failed`` is finished. A pod with no phase
+    known, or ``Unknown``, is settled by the trees below.
+
+    The trees: the kubelet creates a pod's cgroup before its sandbox, and the sandbox
     before the pod's log directory ``/var/log/pods/<ns>_<pod>_<uid>``; it removes the
     pod cgroup once the pod has finished, and the log directory only when the pod is
     deleted. So a pod whose log directory names a UID that still has a pod cgroup is
@@ -63,6 +72,12 @@ def pod_state(liveness: PodLiveness, namespace: str, pod: str) -> str:
     A pod with no log directory (not started yet, or already deleted), or a node where
     either tree could not be read, is undecided.
     """
+    phases = liveness.phases.get((namespace, pod)) if liveness.phases else None
+    if phases:
+        if phases & _LIVE_PHASES:
+            return "running"
+        if phases <= _FINISHED_PHASES:
+            return "finished"
     if liveness.pod_uids is None or liveness.live_uids is None:
         return "undecided"
     uids = liveness.pod_uids.get((namespace, pod))

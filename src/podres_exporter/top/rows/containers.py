@@ -48,6 +48,8 @@ class ContainerRow:
     others hold too. ``shared_pool``: for a pod's own row (container ``""``) of a pod
     with a pod-level CPU set, how many CPUs its private shared pool has; else None.
     ``claims``: the DRA claims it uses (``namespace/name``), with or without devices.
+    ``owner``: its pod's workload as ``Kind/name`` (``podres_pod_info``'s ``owner_kind``
+    and ``owner_name``), "" when not known or the pod has no controller.
     """
 
     node: str
@@ -66,6 +68,7 @@ class ContainerRow:
     gpu_shared: bool = False
     shared_pool: int | None = None
     claims: tuple[str, ...] = ()
+    owner: str = ""
 
     @property
     def holder(self) -> Holder:
@@ -109,6 +112,16 @@ class _Acc:
     gpu_used: dict[str, float] = field(default_factory=dict)
     gpu_total: dict[str, float] = field(default_factory=dict)
     shared_pool: int | None = None  # a pod's own row: CPUs in its private shared pool
+
+
+def owners_of(samples: Iterable[AnySample]) -> dict[tuple[str, str], str]:
+    """Each pod's workload, ``Kind/name``, from ``podres_pod_info`` (docs/metrics.md)."""
+    out: dict[tuple[str, str], str] = {}
+    for s in samples:
+        kind, name = s.labels.get("owner_kind", ""), s.labels.get("owner_name", "")
+        if kind and name:
+            out[(s.labels.get("namespace", ""), s.labels.get("pod", ""))] = f"{kind}/{name}"
+    return out
 
 
 def _held(samples: Iterable[AnySample]) -> Iterator[tuple[Holder, AnySample]]:
@@ -208,6 +221,7 @@ def _container_row(
     *,
     shares: Mapping[str, Mapping[str, float]],
     totals: Mapping[str, float],
+    owner: str = "",
 ) -> ContainerRow:
     """The row of container ``h`` from what was gathered about it."""
     gpu_util, gpu_used, gpu_total, shared = _gpu_columns(a, shares, totals)
@@ -232,6 +246,7 @@ def _container_row(
         gpu_shared=shared,
         shared_pool=a.shared_pool,
         claims=tuple(sorted(a.claims)),
+        owner=owner,
     )
 
 
@@ -251,8 +266,17 @@ def container_rows(
     acc = _gather(idx)
     shares = _gpu_shares(idx)
     totals = by_uuid(idx.get("podres_gpu_memory_total_bytes"))
+    owners = owners_of(idx.get("podres_pod_info"))
     rows = [
-        _container_row(node, h, a, busy, shares=shares.get(h, {}), totals=totals)
+        _container_row(
+            node,
+            h,
+            a,
+            busy,
+            shares=shares.get(h, {}),
+            totals=totals,
+            owner=owners.get((h.namespace, h.pod), ""),
+        )
         for h, a in acc.items()
     ]
     return tuple(sorted(rows, key=lambda r: r.holder))

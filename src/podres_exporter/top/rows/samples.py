@@ -56,6 +56,7 @@ METRICS = (
     "podres_gpu_holder_sm_utilization_ratio",
     "podres_gpu_holder_memory_used_bytes",
     "podres_drm_busy_ratio",
+    "podres_pod_info",
     CPU_SOURCE_STAMP,
     BUSY_COUNTER,
 )

@@ -1,0 +1,89 @@
+"""The pods collector: whose each pod is, its allowed labels, device health, the routes."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from podres_exporter.collectors import pods
+from podres_exporter.core.podidentity import merge
+from podres_exporter.core.podlabels import Allowlist
+from podres_exporter.core.podmeta import PodDirectory, PodMeta, Route
+from tests.collectors.support import IDENTITY, POD_DIRECTORIES, exposition, node_view, rich_view
+
+EXPECTED = """\
+# HELP podres_pod_info One series per pod: its current UID, phase, QoS class, workload (owner_kind, owner_name: a ReplicaSet resolved to its Deployment where the pod proves it) and controlling owner as the pod lists it.
+# TYPE podres_pod_info gauge
+podres_pod_info{namespace="kube-system",pod="etcd-node",uid="9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"} 1.0
+podres_pod_info{controller_kind="Job",controller_name="train",namespace="ml",owner_kind="Job",owner_name="train",phase="Running",pod="train",qos_class="Guaranteed",uid="0b9c2f4e-1d2a-4c5b-9e8f-7a6b5c4d3e2f"} 1.0
+podres_pod_info{controller_kind="ReplicaSet",controller_name="serve-7d9f8b6c5d",namespace="web",owner_kind="Deployment",owner_name="serve",phase="Running",pod="serve",qos_class="Burstable",uid="5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b"} 1.0
+# HELP podres_pod_labels_info One series per pod with the pod labels --pod-labels allows, as label_<key>.
+# TYPE podres_pod_labels_info gauge
+podres_pod_labels_info{namespace="kube-system",pod="etcd-node",uid="9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"} 1.0
+podres_pod_labels_info{label_app_kubernetes_io_name="t",label_team="vision",namespace="ml",pod="train",uid="0b9c2f4e-1d2a-4c5b-9e8f-7a6b5c4d3e2f"} 1.0
+podres_pod_labels_info{label_app_kubernetes_io_name="serve",namespace="web",pod="serve",uid="5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b"} 1.0
+# HELP podres_pod_labels_dropped Allowed pod labels left out by the bounds (64 a pod, 256 names a node, keys longer than Kubernetes allows).
+# TYPE podres_pod_labels_dropped gauge
+podres_pod_labels_dropped 0.0
+# HELP podres_container_device_health_info One series per device a container holds, with its health as the kubelet gives it (Healthy, Unhealthy, Unknown; KEP-4680), and the device's identity.
+# TYPE podres_container_device_health_info gauge
+podres_container_device_health_info{container="main",device_id="GPU-a1",gpu="0",health="Unhealthy",namespace="ml",pod="train",resource="nvidia.com/gpu",uuid="GPU-a1"} 1.0
+# HELP podres_pod_identity_source_up 1 when the route answers now (its socket or directory there, its last read good).
+# TYPE podres_pod_identity_source_up gauge
+podres_pod_identity_source_up{route="pods-api"} 1.0
+podres_pod_identity_source_up{route="apiserver"} 0.0
+podres_pod_identity_source_up{route="log-dirs"} 0.0
+# HELP podres_pod_identity_source_synced 1 when the route's answer holds the whole node (the Pods API after its initial sync, a watch after its first list).
+# TYPE podres_pod_identity_source_synced gauge
+podres_pod_identity_source_synced{route="pods-api"} 1.0
+podres_pod_identity_source_synced{route="apiserver"} 0.0
+podres_pod_identity_source_synced{route="log-dirs"} 1.0
+# HELP podres_pod_identity_source_stale 1 when the route's answer served is the last good one, kept while it is down.
+# TYPE podres_pod_identity_source_stale gauge
+podres_pod_identity_source_stale{route="pods-api"} 0.0
+podres_pod_identity_source_stale{route="apiserver"} 0.0
+podres_pod_identity_source_stale{route="log-dirs"} 1.0
+# HELP podres_pod_identity_source_pods Pods the route's served answer knows, every incarnation (UID) once.
+# TYPE podres_pod_identity_source_pods gauge
+podres_pod_identity_source_pods{route="pods-api"} 2.0
+podres_pod_identity_source_pods{route="log-dirs"} 2.0
+# HELP podres_pod_identity_source_last_success_timestamp_seconds Unix time of the route's served answer.
+# TYPE podres_pod_identity_source_last_success_timestamp_seconds gauge
+podres_pod_identity_source_last_success_timestamp_seconds{route="pods-api"} 1.7e+09
+podres_pod_identity_source_last_success_timestamp_seconds{route="log-dirs"} 1.69999999e+09
+"""
+
+
+def test_pods_collector_exact_text() -> None:
+    """One info series per pod (a Deployment resolved from its ReplicaSet, a log-directory
+    pod with its UID alone), its allowed labels, a container's device health with the
+    device's identity from the join, and each route's state."""
+    assert exposition(pods.COLLECTOR, rich_view()) == EXPECTED
+
+
+def test_no_labels_family_unless_pod_labels_is_set() -> None:
+    """Without --pod-labels neither podres_pod_labels_info nor its dropped count is served."""
+    view = node_view(identity=merge(POD_DIRECTORIES, Allowlist.of(())))
+    text = exposition(pods.COLLECTOR, view)
+    assert "podres_pod_info{" in text
+    assert "podres_pod_labels" not in text
+
+
+def test_nothing_without_any_route() -> None:
+    """No identity read: no family at all."""
+    assert exposition(pods.COLLECTOR, node_view()) == ""
+    assert IDENTITY.pods  # the fixture itself is not empty
+
+
+def test_a_hostile_pods_labels_are_bounded_and_escaped() -> None:
+    """10,000 labels on one pod: 64 served, the rest counted on podres_pod_labels_dropped;
+    quotes, backslashes and line breaks in a value are escaped, not a broken line."""
+    hostile = {f"k{i:05d}": "v" for i in range(10_000)}
+    hostile["k00000"] = 'a"}\nevil{x="1'
+    meta = PodMeta("ns", "p", "u", Route.PODS_API, labels=MappingProxyType(hostile))
+    directory = PodDirectory(Route.PODS_API, MappingProxyType({"u": meta}))
+    view = node_view(identity=merge({Route.PODS_API: directory}, Allowlist.of(("*",))))
+    text = exposition(pods.COLLECTOR, view)
+    assert "podres_pod_labels_dropped 9936.0" in text
+    [line] = [x for x in text.splitlines() if x.startswith("podres_pod_labels_info{")]
+    assert 'label_k00000="a\\"}\\nevil{x=\\"1"' in line
+    assert line.count("label_k") == 64
