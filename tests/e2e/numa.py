@@ -23,18 +23,32 @@ import json
 import re
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from podres_exporter.core.cpulist import parse_cpulist
+from podres_exporter.core.kube import parse_bytes, parse_millicpu
+from podres_exporter.core.topology import (
+    CPU,
+    MEMORY,
+    Container,
+    CpuInfo,
+    CpuPolicy,
+    DeviceInfo,
+    MemoryPolicy,
+    NodeState,
+    Pod,
+    Policies,
+    Scope,
+    TopologyPolicy,
+    admit,
+)
 from tests.deviceplugin.support import write_sysfs as write_nic_sysfs
 from tests.e2e.cluster import PAUSE_IMAGE, Cluster, ClusterError, wait_for
 from tests.faults.support import PODRES, DaemonProcess, Starter
-from tests.support import Samples, http_get, parse_samples
+from tests.support import Samples, http_get, parse_samples, run_in_group, select
 
 RESOURCE = "example.com/numa-vf"
 VF_ADDRESSES = ("0000:af:02.0", "0000:af:02.1")  # two VFs of a NIC on NUMA node 0
@@ -44,6 +58,7 @@ NUMA_OF_CPU: Mapping[int, int] = {0: 0, 1: 1}
 RESERVED_CPUS = frozenset({0})
 SYSTEM = Path("/sys/devices/system")
 NODE_DIR = "/sys/devices/system/node"
+REPO = Path(__file__).resolve().parents[2]
 # The kubelet's checkpoints whose policy the NUMA kubelet does not share with the
 # cluster's own: the memory manager refuses to start on another policy's checkpoint.
 OWN_CHECKPOINTS = ("memory_manager_state",)
@@ -67,6 +82,7 @@ _TOPOLOGY_FILES = (
     "core_siblings_list",
     "package_cpus_list",
 )
+NUMA_NODES_2 = re.compile(r'NumNUMANodes"?:2\b')  # the kubelet's "Detected CPU topology" line
 _MEMINFO = re.compile(r"^Node \d+ (\S+:)\s+(\d+)( kB)?$")
 
 
@@ -84,7 +100,9 @@ def _halved_meminfo(text: str, node: int) -> str:
     for line in text.splitlines():
         m = _MEMINFO.match(line.strip())
         if m:
-            lines.append(f"Node {node} {m.group(1):<15} {int(m.group(2)) // 2:>8}{m.group(3) or ''}")
+            lines.append(
+                f"Node {node} {m.group(1):<15} {int(m.group(2)) // 2:>8}{m.group(3) or ''}"
+            )
     return "\n".join(lines)
 
 
@@ -194,8 +212,10 @@ def two_numa_kubelet(cluster: Cluster, tree: Path) -> Iterator[int]:
         cluster.start_kubelet(numa_kubelet_config(cluster))
         wait_for(
             "the kubelet to see two NUMA nodes",
-            lambda: '"NumNUMANodes":2' in _kubelet_log_since(cluster, offset)
-            or cluster.processes["kubelet"].popen.poll() is not None,
+            lambda: (
+                '"NumNUMANodes":2' in _kubelet_log_since(cluster, offset)
+                or cluster.processes["kubelet"].popen.poll() is not None
+            ),
             timeout=60,
         )
         if not cluster.processes["kubelet"].alive():
@@ -332,7 +352,9 @@ def outcome(cluster: Cluster, name: str) -> Outcome | None:
     phase = status.get("phase", "")
     if phase not in ("Running", "Failed"):
         return None
-    return Outcome(phase, status.get("reason", ""), status.get("message", ""), pod["metadata"]["uid"])
+    return Outcome(
+        phase, status.get("reason", ""), status.get("message", ""), pod["metadata"]["uid"]
+    )
 
 
 def create_namespace(cluster: Cluster) -> None:
@@ -340,8 +362,9 @@ def create_namespace(cluster: Cluster) -> None:
     cluster.kubectl("create", "namespace", NAMESPACE)
     wait_for(
         f"the default ServiceAccount of {NAMESPACE}",
-        lambda: cluster.kubectl("get", "sa", "default", "-n", NAMESPACE, check=False).returncode
-        == 0,
+        lambda: (
+            cluster.kubectl("get", "sa", "default", "-n", NAMESPACE, check=False).returncode == 0
+        ),
         timeout=60,
     )
 
@@ -376,30 +399,111 @@ def fit_command(url: str, manifest: Path) -> list[str]:
     return [*PODRES, "fit", "--exporter", url, "-f", str(manifest), "-o", "json"]
 
 
-def now() -> float:
-    return time.monotonic()
+# --------------------------------------------------------------------------- predictions
 
 
-__all__ = [
-    "DEVICE_NUMA",
-    "NAMESPACE",
-    "NUMA_OF_CPU",
-    "RESERVED_CPUS",
-    "RESOURCE",
-    "Outcome",
-    "Shape",
-    "cpu_manager_state",
-    "create_namespace",
-    "delete_namespace",
-    "exclusive_cpus",
-    "fit_command",
-    "numa_kubelet_config",
-    "outcome",
-    "pod_manifest",
-    "scrape",
-    "start_exporter",
-    "start_plugin",
-    "sys",
-    "two_numa_kubelet",
-    "write_numa_sysfs",
-]
+@dataclass(frozen=True)
+class Prediction:
+    """What a predictor said of a pod before it was created: fits or not, by whom
+    (``podres fit`` or ``core.topology.admit``), and its whole answer for the log."""
+
+    fits: bool
+    by: str
+    answer: str
+
+
+def fit_available() -> bool:
+    """Whether this build has ``podres fit``."""
+    result = run_in_group([*PODRES, "fit", "--help"], timeout=60, cwd=REPO)
+    return result.returncode == 0
+
+
+def predict_with_fit(url: str, manifest: Path) -> Prediction:
+    """``podres fit --exporter URL -f FILE -o json``: exit 0 fits, 1 fits nowhere."""
+    result = run_in_group(fit_command(url, manifest), timeout=60, cwd=REPO)
+    if result.returncode not in (0, 1):
+        raise ClusterError(f"podres fit exited {result.returncode}: {result.stderr.strip()}")
+    return Prediction(result.returncode == 0, "podres fit", result.stdout)
+
+
+def _cpu_topology(tree: Path, cpu: int, name: str) -> int:
+    path = tree / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology" / name
+    return int(path.read_text()) if path.exists() else cpu
+
+
+def node_state(samples: Samples, tree: Path, config: Mapping[str, Any]) -> NodeState:
+    """The node as the exporter's /metrics shows it (every CPU with its NUMA node and pool,
+    every device with its NUMA node and state), under the policies of the kubelet's
+    configuration ``config``; cores and sockets from the sysfs tree."""
+    policies = Policies(
+        topology=TopologyPolicy(config.get("topologyManagerPolicy", "none")),
+        scope=Scope(config.get("topologyManagerScope", "container")),
+        cpu=CpuPolicy(config.get("cpuManagerPolicy", "none")),
+        memory=MemoryPolicy(config.get("memoryManagerPolicy", "None")),
+    )
+    cpus, reserved, free = [], set(), set()
+    for labels in select(samples, "podres_cpu_assignment_info"):
+        info = dict(labels)
+        cpu = int(info["cpu"])
+        core, socket = (
+            _cpu_topology(tree, cpu, "core_id"),
+            _cpu_topology(tree, cpu, "physical_package_id"),
+        )
+        cpus.append(CpuInfo(cpu, core, socket, int(info["numa_node"])))
+        if info["pool"] == "reserved":
+            reserved.add(cpu)
+        elif info["pool"] == "shared_free":
+            free.add(cpu)
+    devices: dict[str, list[DeviceInfo]] = {}
+    free_devices: dict[str, set[str]] = {}
+    for labels in select(samples, "podres_node_device_info"):
+        info = dict(labels)
+        numa = frozenset(int(n) for n in info.get("numa_node", "").split(",") if n)
+        healthy = info["state"] != "allocated_unhealthy"
+        devices.setdefault(info["resource"], []).append(
+            DeviceInfo(info["device_id"], numa, healthy)
+        )
+        if info["state"] == "free":
+            free_devices.setdefault(info["resource"], set()).add(info["device_id"])
+    return NodeState(
+        policies=policies,
+        cpus=tuple(sorted(cpus, key=lambda c: c.id)),
+        free_cpus=frozenset(free),
+        reserved_cpus=frozenset(reserved),
+        devices={r: tuple(d) for r, d in devices.items()},
+        free_devices={r: frozenset(d) for r, d in free_devices.items()},
+    )
+
+
+def _amounts(values: Mapping[str, str | int]) -> dict[str, int]:
+    out = {}
+    for name, value in values.items():
+        if name == CPU:
+            out[name] = parse_millicpu(value)
+        elif name == MEMORY or name.startswith("hugepages-"):
+            out[name] = parse_bytes(value)
+        else:
+            out[name] = int(value)
+    return out
+
+
+def pod_of(shape: Shape) -> Pod:
+    """The shape as ``core.topology`` takes a pod."""
+    container = Container(
+        "main",
+        requests=_amounts(shape.resources.get("requests", {})),
+        limits=_amounts(shape.resources.get("limits", {})),
+    )
+    return Pod(shape.name, (container,))
+
+
+def predict_with_admit(
+    samples: Samples, tree: Path, config: Mapping[str, Any], shape: Shape
+) -> Prediction | None:
+    """``core.topology.admit`` on the node built from the exporter's /metrics; None while
+    this build has no ``admit`` yet."""
+    try:
+        decision = admit(node_state(samples, tree, config), pod_of(shape))
+    except NotImplementedError:
+        return None
+    return Prediction(decision.admitted, "core.topology.admit", repr(decision))
