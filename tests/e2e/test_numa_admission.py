@@ -26,15 +26,18 @@ import pytest
 
 from podres_exporter.core.cpulist import parse_cpulist
 from podres_exporter.core.model import KubeletReading
+from podres_exporter.sources.cputopology import read_topology
 from podres_exporter.sources.kubelet import KubeletClient
 from tests.e2e.cluster import Cluster, wait_for
 from tests.e2e.numa import (
     DEVICE_NUMA,
+    LAYOUT,
     NAMESPACE,
     NUMA_NODES_2,
     NUMA_OF_CPU,
     RESERVED_CPUS,
     RESOURCE,
+    VF_ADDRESSES,
     Outcome,
     Prediction,
     Shape,
@@ -48,6 +51,7 @@ from tests.e2e.numa import (
     pod_manifest,
     predict_with_admit,
     predict_with_fit,
+    progress,
     scrape,
     start_exporter,
     start_plugin,
@@ -61,18 +65,19 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 TOPOLOGY_AFFINITY = "TopologyAffinityError"
 SMALL = {"cpu": "10m", "memory": "16Mi"}  # a Burstable container's requests
-ONE_CPU = {"cpu": "1", "memory": "64Mi"}  # Guaranteed with one exclusive CPU
+# Guaranteed with every CPU of NUMA node 1 (one on these two-CPU machines) exclusive
+NODE1_CPUS = {"cpu": str(len(LAYOUT.node1)), "memory": "64Mi"}
 
 # In this order, each pod staying as the kubelet left it (running, or refused).
 SHAPES = (
     Shape(
         "cpu-and-device",
-        {"limits": {**ONE_CPU, RESOURCE: 1}},
+        {"limits": {**NODE1_CPUS, RESOURCE: 1}},
         admitted=False,
-        why="the free CPU is on NUMA node 1, the devices on node 0: no single node has both",
+        why="the free CPUs are on NUMA node 1, the devices on node 0: no node has both",
     ),
     Shape("device", {"requests": SMALL, "limits": {RESOURCE: 1}}, admitted=True, numa=DEVICE_NUMA),
-    Shape("cpu", {"limits": ONE_CPU}, admitted=True, numa=NUMA_OF_CPU[1]),
+    Shape("cpu", {"limits": NODE1_CPUS}, admitted=True, numa=1),
     Shape(
         "two-devices",
         {"requests": SMALL, "limits": {RESOURCE: 2}},
@@ -82,9 +87,9 @@ SHAPES = (
     Shape("burstable", {"requests": {"cpu": "100m", "memory": "16Mi"}}, admitted=True),
     Shape(
         "cpu-again",
-        {"limits": ONE_CPU},
+        {"limits": NODE1_CPUS},
         admitted=False,
-        why="the one exclusive CPU is taken: the CPU manager has no hint",
+        why="node 1's CPUs are taken: the CPU manager has no hint",
     ),
 )
 
@@ -153,6 +158,15 @@ def _create(run: NumaRun, shape: Shape, with_fit: bool) -> Step:
         timeout=60,
         interval=0.5,
     )
+    progress(
+        f"NUMA pod {shape.name}: {'admitted' if result.admitted else 'refused'}"
+        f"{'' if result.admitted else f' ({result.reason}: {result.message})'}; predicted by "
+        + (
+            f"{prediction.by}: {'fits' if prediction.fits else 'does not fit'}"
+            if prediction
+            else "none"
+        )
+    )
     return Step(shape, prediction, result)
 
 
@@ -202,6 +216,21 @@ def free_devices(reading: KubeletReading) -> dict[str, tuple[int, ...]]:
 
 
 # --------------------------------------------------------------------------- tests
+
+
+def test_the_made_up_tree_reads_as_two_numa_nodes(tmp_path: Path) -> None:
+    """The exporter's own sysfs reader finds the layout's two NUMA nodes in the tree, and
+    the plugin's NIC functions on node 0 (what the kubelet is shown, read as it reads it)."""
+    tree = write_numa_sysfs(tmp_path / "sysfs")
+    topology = read_topology(tree)
+    assert dict(topology.cpu_to_numa) == dict(NUMA_OF_CPU)
+    node0 = tree / "devices" / "system" / "node" / "node0"
+    assert (node0 / "distance").read_text().split() == ["10", "20"]
+    assert (node0 / f"cpu{min(LAYOUT.node0)}" / "topology" / "core_id").exists()
+    for address in VF_ADDRESSES:
+        assert (
+            tree / "bus" / "pci" / "devices" / address / "numa_node"
+        ).read_text().strip() == str(DEVICE_NUMA)
 
 
 def test_the_kubelet_sees_two_numa_nodes(numa: NumaRun) -> None:
@@ -287,7 +316,7 @@ def test_exporter_cpus_per_numa_node_equal_the_cpu_manager_state(numa: NumaRun) 
             )
             assert sum(shown.values()) == len({c for c in cpus if NUMA_OF_CPU[c] == node})
     shown_total = sum(select(samples, "podres_container_exclusive_cpus").values())
-    assert shown_total == sum(len(c) for c in entries.values()) == 1
+    assert shown_total == sum(len(c) for c in entries.values()) == len(LAYOUT.node1)
 
 
 def test_exporter_devices_and_cpus_equal_the_pod_resources_answers(numa: NumaRun) -> None:
