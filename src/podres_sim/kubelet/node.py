@@ -55,6 +55,8 @@ from dataclasses import dataclass, replace
 import structlog
 
 from podres_exporter.core.errors import AdmissionError, PreStartError
+from podres_exporter.core.topology import NodeState, assign
+from podres_sim.kubelet import topology
 from podres_sim.kubelet.devicemanager import SimDeviceManager
 from podres_sim.kubelet.pods import (
     ChurnEvent,
@@ -96,13 +98,21 @@ class _Staged:
     name: str
     hold: Hold
     containers: list[ContainerState]
-    plugin: list[tuple[int, dict[str, int], int | None]]  # container index, needs, NUMA hint
+    plugin: list[tuple[int, dict[str, int], int | tuple[int, ...] | None]]  # index, needs, hint
     failure: tuple[str, str] | None = None  # reason, message
     pod_level: tuple[tuple[int, ...], tuple[MemoryGrant, ...]] = ((), ())
 
     @property
     def key(self) -> PodKey:
         return (self.spec.namespace, self.name)
+
+
+def _claims(c: ContainerSpec, namespace: str, pod_name: str) -> tuple[ClaimGrant, ...]:
+    """A container's DRA claims, with the pod's name filled in."""
+    return tuple(
+        ClaimGrant(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
+        for cl in c.claims
+    )
 
 
 class Node:
@@ -443,7 +453,11 @@ class Node:
                         counts[d.numa] = counts.get(d.numa, 0) + 1
                 self._plugin_free[r] = counts
         try:
-            for i, c in enumerate(spec.listed_containers):
+            if self._spec.topology_policy is not None:
+                states, plugin = self._core_admit(spec, name, staged.hold)
+                staged.containers.extend(states)
+                staged.plugin.extend(plugin)
+            for i, c in enumerate(() if staged.containers else spec.listed_containers):
                 state, hint = self._allocate(
                     c,
                     qos=qos,
@@ -459,7 +473,7 @@ class Node:
             staged.pod_level = self._pod_level(spec, staged.containers, qos, pinned, staged.hold)
         except AdmissionFailure as exc:
             self._release(staged.hold)
-            staged.failure = (_ADMISSION_ERROR, str(exc))
+            staged.failure = (exc.reason, str(exc))
         finally:
             self._plugin_free = {}
         return staged
@@ -539,7 +553,9 @@ class Node:
         hold = Hold()
         containers: list[ContainerState] = []
         try:
-            for c in spec.listed_containers:
+            if self._spec.topology_policy is not None:
+                containers = self._core_admit(spec, name, hold)[0]
+            for c in () if self._spec.topology_policy is not None else spec.listed_containers:
                 containers.append(
                     self._allocate(
                         c,
@@ -559,7 +575,7 @@ class Node:
                 spec=spec,
                 containers=tuple(ContainerState(c.name, c.kind) for c in spec.listed_containers),
                 phase="Failed",
-                reason=_ADMISSION_ERROR,
+                reason=exc.reason,
                 message=str(exc),
             )
         else:
@@ -570,6 +586,53 @@ class Node:
         self._pods[state.key] = state
         self._generation += 1
         return state
+
+    def _core_state(self) -> NodeState:
+        """The node as the kubelet's admission rules read it (lock held)."""
+        devices: list[DeviceSpec] = []
+        free: dict[str, Iterable[str]] = {}
+        dm = self._dm
+        if dm is not None:
+            for r in self._plugin:
+                devices.extend(DeviceSpec(r, d.id, d.numa, d.healthy) for d in dm.devices(r))
+                free[r] = dm.free_devices(r)
+        return topology.node_state(self._spec, self._pools, devices, free, self._pods.values())
+
+    def _core_admit(
+        self, spec: PodSpec, name: str, hold: Hold
+    ) -> tuple[list[ContainerState], list[tuple[int, dict[str, int], tuple[int, ...] | None]]]:
+        """Admit a pod through the kubelet's NUMA admission (lock held): take what the
+        rules chose for each listed container, and name the plugin devices still to
+        allocate with their NUMA hint. Raises AdmissionFailure with the kubelet's reason
+        (``TopologyAffinityError``, ``SMTAlignmentError``, ``UnexpectedAdmissionError``)."""
+        decision, _, shares = assign(self._core_state(), topology.pod_shape(spec))
+        if not decision.admitted:
+            raise AdmissionFailure(decision.message, decision.reason.value)
+        by_name = {s.container: s for s in shares if not s.init}
+        hints = {p.container: p.affinity for p in decision.placements}
+        states: list[ContainerState] = []
+        plugin: list[tuple[int, dict[str, int], tuple[int, ...] | None]] = []
+        for i, c in enumerate(spec.listed_containers):
+            share = by_name[c.name]
+            own = {r: ids for r, ids in share.devices.items() if r not in self._plugin}
+            grants = self._pools.take_exact(hold, share.cpus, own, {})
+            wanted = c.memory_requests() if share.memory_numa else {}
+            memory = self._pools.take_memory(wanted, share.memory_numa, hold)
+            claims = tuple(
+                ClaimGrant(
+                    cl.name.replace("{pod}", name), cl.namespace or spec.namespace, cl.devices
+                )
+                for cl in c.claims
+            )
+            states.append(
+                ContainerState(
+                    c.name, c.kind, tuple(sorted(share.cpus)), tuple(grants), memory, claims
+                )
+            )
+            want = {r: n for r, n in c.devices.items() if n > 0 and r in self._plugin}
+            if want:
+                plugin.append((i, want, hints.get(c.name, hints.get(None))))
+        return states, plugin
 
     def _allocate(
         self,
@@ -583,10 +646,7 @@ class Node:
     ) -> tuple[ContainerState, int | None]:
         """A container's CPUs, memory and node devices, and the NUMA node they were
         taken from (the hint for its plugin devices; None: no preference)."""
-        claims = tuple(
-            ClaimGrant(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
-            for cl in c.claims
-        )
+        claims = _claims(c, namespace, pod_name)
         ncpu, devices, memory = self._needs(c, qos, pinned)
         if not (ncpu or devices or memory):
             return ContainerState(c.name, c.kind, claims=claims), None

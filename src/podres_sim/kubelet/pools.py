@@ -21,7 +21,11 @@ NumaKey = tuple[int, ...] | None
 
 
 class AdmissionFailure(Exception):
-    """A pod cannot be admitted: the message is the kubelet's."""
+    """A pod cannot be admitted: the message and ``reason`` are the kubelet's."""
+
+    def __init__(self, message: str, reason: str = "UnexpectedAdmissionError") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -160,6 +164,46 @@ class Pools:
                     left -= part
             grants.append(MemoryGrant(mtype, size, group))
         return tuple(grants)
+
+    def free_cpu_ids(self) -> list[int]:
+        """Every free allocatable CPU."""
+        return [c for heap in self.free_cpus for c in heap]
+
+    def free_device_ids(self) -> dict[str, list[str]]:
+        """The free healthy devices per resource."""
+        return {
+            r: [self.devices[i].id for heap in buckets.values() for i in heap]
+            for r, buckets in self.free_dev.items()
+        }
+
+    def take_exact(
+        self,
+        hold: Hold,
+        cpus: Iterable[int],
+        devices: Mapping[str, Iterable[str]],
+        memory: Mapping[tuple[str, int], int],
+    ) -> list[DeviceGrant]:
+        """Take these CPUs, devices and bytes per (type, NUMA node), as the admission
+        rules chose them."""
+        for cpu in cpus:
+            heap = self.free_cpus[self.cpu_numa[cpu]]
+            heap.remove(cpu)
+            heapq.heapify(heap)
+            hold.cpus.append(cpu)
+        grants: list[DeviceGrant] = []
+        for resource, ids in devices.items():
+            for device_id in ids:
+                i = self.dev_index[(resource, device_id)]
+                dev = self.devices[i]
+                heap = self.free_dev[resource][dev.numa]
+                heap.remove(i)
+                heapq.heapify(heap)
+                hold.devices.append((resource, device_id))
+                grants.append(DeviceGrant(resource, device_id, dev.numa))
+        for (mtype, n), size in memory.items():
+            self.free_mem[mtype][n] -= size
+            hold.memory.append((mtype, n, size))
+        return grants
 
     def give_back(self, hold: Hold) -> None:
         """Return what ``hold`` took to the pools (an unhealthy device stays parked)."""

@@ -19,6 +19,8 @@ __all__ = [
     "Naming",
     "QoS",
     "RpcMode",
+    "TopologyPolicyName",
+    "TopologyScope",
 ]
 
 ApiMode = Literal["v1", "v1alpha1"]
@@ -26,6 +28,8 @@ RpcMode = Literal["served", "disabled", "unimplemented"]
 DeviceGrouping = Literal["per_device", "per_resource"]
 CpuPolicy = Literal["static", "none"]
 MemoryPolicy = Literal["static", "none"]
+TopologyPolicyName = Literal["none", "best-effort", "restricted", "single-numa-node"]
+TopologyScope = Literal["container", "pod"]
 ContainerKind = Literal["app", "sidecar", "init"]
 QoS = Literal["Guaranteed", "Burstable", "BestEffort"]
 Naming = Literal["exact", "deployment", "generated", "statefulset", "static"]

@@ -37,6 +37,9 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     offline_cpus = []                  # present but offline: not allocatable, not in sysfs
     cpu_policy = "static"              # | "none"
     memory_policy = "static"           # | "none"
+    topology_policy = "restricted"     # | "none" | "best-effort" | "single-numa-node";
+                                       # unset: the simple allocator, no Topology Manager
+    topology_scope = "container"       # | "pod"
 
     [node.memory]                      # per NUMA node: one quantity for all, or one each
     memory = "120Gi"
@@ -92,7 +95,15 @@ from typing import Any, cast, get_args
 from podres_exporter.core.cpulist import parse_cpulist
 from podres_exporter.core.errors import ScenarioError
 from podres_exporter.core.kube import is_hugepages_name, parse_bytes, parse_millicpu
-from podres_sim.scenario.kinds import ContainerKind, CpuPolicy, MemoryPolicy, Naming, QoS
+from podres_sim.scenario.kinds import (
+    ContainerKind,
+    CpuPolicy,
+    MemoryPolicy,
+    Naming,
+    QoS,
+    TopologyPolicyName,
+    TopologyScope,
+)
 from podres_sim.scenario.records import (
     ClaimDeviceSpec,
     ClaimSpec,
@@ -187,6 +198,8 @@ _NODE_KEYS = {
     "memory_policy",
     "memory",
     "devices",
+    "topology_policy",
+    "topology_scope",
 }
 _DEVICE_KEYS = {"resource", "id", "ids", "numa", "healthy"}
 _POD_KEYS = {
@@ -406,6 +419,14 @@ class _Parser:
                 memory_policy=self.choice(data, "memory_policy", "node", "none", MemoryPolicy),
                 memory=memory,
                 devices=tuple(devices),
+                topology_policy=(
+                    self.choice(data, "topology_policy", "node", "none", TopologyPolicyName)
+                    if "topology_policy" in data
+                    else None
+                ),
+                topology_scope=self.choice(
+                    data, "topology_scope", "node", "container", TopologyScope
+                ),
             )
         except ScenarioError as exc:
             if exc.source != "<python>":

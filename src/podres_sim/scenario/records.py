@@ -39,6 +39,8 @@ from podres_sim.scenario.kinds import (
     Naming,
     QoS,
     RpcMode,
+    TopologyPolicyName,
+    TopologyScope,
 )
 
 __all__ = [
@@ -81,6 +83,11 @@ class NodeSpec:
 
     ``memory`` maps a memory type (``memory``, ``hugepages-2Mi``, ``hugepages-1Gi``)
     to its allocatable bytes on each NUMA node, indexed by node id.
+
+    ``topology_policy`` / ``topology_scope``: the kubelet's Topology Manager; set, the
+    node admits every pod through ``podres_exporter.core.topology`` (the kubelet's NUMA
+    admission, refusing with ``TopologyAffinityError``); None keeps the simple allocator
+    (first NUMA node that holds the container, else spill).
     """
 
     numa_cpus: tuple[tuple[int, ...], ...]
@@ -91,6 +98,8 @@ class NodeSpec:
     memory_policy: MemoryPolicy = "none"
     memory: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     devices: tuple[DeviceSpec, ...] = ()
+    topology_policy: TopologyPolicyName | None = None
+    topology_scope: TopologyScope = "container"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "memory", MappingProxyType(dict(self.memory)))
@@ -109,6 +118,8 @@ class NodeSpec:
         memory_policy: MemoryPolicy = "none",
         memory: Mapping[str, int | str] | None = None,
         devices: Iterable[DeviceSpec] = (),
+        topology_policy: TopologyPolicyName | None = None,
+        topology_scope: TopologyScope = "container",
     ) -> NodeSpec:
         """A node whose NUMA node N holds CPUs ``N*k .. N*k+k-1``, with the same memory on
         every NUMA node (``memory`` maps a type to a quantity)."""
@@ -126,6 +137,8 @@ class NodeSpec:
             memory_policy=memory_policy,
             memory=mem,
             devices=tuple(devices),
+            topology_policy=topology_policy,
+            topology_scope=topology_scope,
         )
 
     @property

@@ -28,6 +28,7 @@ from podres_exporter.core.topology.model import (
     TopologyPolicy,
 )
 from podres_exporter.core.topology.qos import qos
+from podres_exporter.core.topology.reading import NodeFacts, from_reading
 
 __all__ = [
     "CPU",
@@ -40,6 +41,7 @@ __all__ = [
     "Decision",
     "DeviceInfo",
     "MemoryPolicy",
+    "NodeFacts",
     "NodeState",
     "NumaMemory",
     "Placement",
@@ -54,5 +56,6 @@ __all__ = [
     "apply",
     "assign",
     "count_fits",
+    "from_reading",
     "qos",
 ]

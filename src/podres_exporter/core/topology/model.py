@@ -148,7 +148,10 @@ class NodeState:
     health; ``free_devices``: ids of the healthy devices no container holds.
     ``memory``: per type (``MEMORY_TYPES``) and NUMA node. ``distances``: the NUMA
     distance table (``distances[a][b]``). ``numa_nodes`` defaults to the NUMA nodes of
-    the CPUs.
+    the CPUs. ``memory_cells`` / ``memory_assignments``: the memory manager's machine
+    state per NUMA node (memorymanager/state ``NUMANodeState.Cells`` and
+    ``NumberOfAssignments``): the group of NUMA nodes its pinned memory is shared with
+    (absent: the node alone) and how many memory blocks use it (absent: none).
     """
 
     policies: Policies
@@ -160,6 +163,8 @@ class NodeState:
     memory: Mapping[str, Mapping[int, NumaMemory]] = field(default_factory=dict)
     distances: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     numa_nodes: tuple[int, ...] = ()
+    memory_cells: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    memory_assignments: Mapping[int, int] = field(default_factory=dict)
 
     def nodes(self) -> tuple[int, ...]:
         """The NUMA node ids, ascending."""

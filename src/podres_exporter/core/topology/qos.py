@@ -10,24 +10,29 @@ _COMPUTE = (CPU, MEMORY)
 
 
 def qos(pod: Pod) -> QoS:
-    """Guaranteed when every container (init containers too) sets cpu and memory limits
-    and its requests equal them; BestEffort when none sets a cpu or memory request or
-    limit; Burstable otherwise (qos.go ``GetPodQOS``: only cpu and memory count)."""
-    containers = pod.init_containers + pod.containers
+    """The QoS class as pkg/apis/core/v1/helper/qos/qos.go ``GetPodQOS`` (v1.28) derives
+    it: only cpu and memory count; requests and limits are summed over every container,
+    init containers too; Guaranteed when every container sets both limits and the summed
+    requests equal the summed limits; BestEffort when nothing is set; else Burstable.
+    A missing request defaults to the limit, as the API server defaults it."""
     requests: dict[str, int] = {}
     limits: dict[str, int] = {}
     guaranteed = True
-    for c in containers:
+    for c in pod.containers + pod.init_containers:
+        found = set()
         for r in _COMPUTE:
-            if c.requests.get(r, 0) > 0:
-                requests[r] = requests.get(r, 0) + c.requests[r]
-            if c.limits.get(r, 0) > 0:
-                limits[r] = limits.get(r, 0) + c.limits[r]
-        if not all(c.limits.get(r, 0) > 0 for r in _COMPUTE):
-            guaranteed = False
-        # a missing request defaults to the limit (API server defaulting)
-        if any(c.request(r) != c.limits.get(r, 0) for r in _COMPUTE):
+            req = c.request(r)
+            if req > 0:
+                requests[r] = requests.get(r, 0) + req
+            lim = c.limits.get(r, 0)
+            if lim > 0:
+                found.add(r)
+                limits[r] = limits.get(r, 0) + lim
+        if found != set(_COMPUTE):
             guaranteed = False
     if not requests and not limits:
         return QoS.BEST_EFFORT
-    return QoS.GUARANTEED if guaranteed else QoS.BURSTABLE
+    matched = all(limits.get(r) == q for r, q in requests.items())
+    if guaranteed and matched and len(requests) == len(limits):
+        return QoS.GUARANTEED
+    return QoS.BURSTABLE
