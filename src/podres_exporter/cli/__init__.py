@@ -1,4 +1,5 @@
-"""The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot``, ``plugin``, ``top``.
+"""The ``podres`` command: ``export`` (the daemon), ``demo``, ``snapshot``, ``plugin``, ``top``,
+``fit``.
 
 Exit status: 0 on success, 1 when the work failed (the kubelet answered an error), 2 on
 a usage or configuration error, or when what a flag names cannot be used (a kubelet
@@ -39,6 +40,7 @@ from podres_exporter.exporter.settings import (
     Settings,
     build,
 )
+from podres_exporter.fit import add_fit_parser
 from podres_exporter.top.main import add_top_parser
 
 SNAPSHOT_OPTIONS: tuple[Option, ...] = (
@@ -118,6 +120,7 @@ def parser() -> argparse.ArgumentParser:
     )
     add_plugin_parser(sub)
     add_top_parser(sub)
+    add_fit_parser(sub)
     return top
 
 
@@ -135,7 +138,7 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     )
 
 
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:  # noqa: PLR0911 - one return per command
     """Entry point of ``podres``; returns the exit status.
 
     Run as the program (no ``argv``), ``podres top --once`` ends the process itself once
@@ -154,6 +157,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
         # Run as the program (no argv), a one-shot frame ends the process once written.
         return run_top(ns, environ, exit_when_done=argv is None)
+    if ns.command == "fit":  # its own flags; shares top's sources
+        from podres_exporter.fit import run_fit
+
+        return run_fit(ns, environ)
     try:
         settings = settings_from(ns, environ)
         if ns.command == "export":

@@ -210,7 +210,7 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
                 other = "--exporter" if exporter else "--prometheus"
                 raise ConfigError(f"{opt.flag} reads the local node; it does nothing with {other}")
     interval = resolve(INTERVAL, flags, env)
-    http = _http_settings(flags, env, remote=bool(exporter or prometheus))
+    http = http_settings(flags, env, remote=bool(exporter or prometheus))
     options = Options(
         view=ns.view,
         sort=ns.sort,
@@ -231,16 +231,21 @@ def config_from(ns: argparse.Namespace, env: Mapping[str, str]) -> TopConfig:
     )
 
 
-def _http_settings(
-    flags: Mapping[str, Any], env: Mapping[str, str], *, remote: bool
+def http_settings(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    remote: bool,
+    options: tuple[Option, ...] = HTTP_OPTIONS,
 ) -> HttpSettings:
-    """The settings of the network sources; ConfigError naming a flag."""
+    """The settings of the network sources (``options``: the flags and variables that set
+    them, :data:`HTTP_OPTIONS` or a command's own copies); ConfigError naming a flag."""
     if not remote:
-        for opt in HTTP_OPTIONS:
+        for opt in options:
             if flags.get(opt.flag):
                 raise ConfigError(f"{opt.flag} is for --exporter or --prometheus: give one")
         return HttpSettings()
-    v = {opt.attr: resolve(opt, flags, env) for opt in HTTP_OPTIONS}
+    v = {opt.attr: resolve(opt, flags, env) for opt in options}
     user, password_file = v["username"] or "", v["password_file"]
     if bool(user) != bool(password_file):
         raise ConfigError("--auth-user and --auth-password-file go together: give both")
@@ -262,6 +267,13 @@ def open_source(
         return ExporterSource(cfg.exporter, http=cfg.http)
     if cfg.prometheus:
         return PrometheusSource(cfg.prometheus, node=cfg.node, http=cfg.http)
+    return local_source(ns, env, live=live)
+
+
+def local_source(ns: argparse.Namespace, env: Mapping[str, str], *, live: bool) -> LocalSource:
+    """The local node, read with :data:`LOCAL_OPTIONS` (flags, then their variables);
+    ``live``: the exporter's machinery logs nowhere (a line would tear a frame), else
+    errors only, to stderr. Raises ConfigError or FetchError."""
     # Deferred, as the local source's own machinery is: another source never needs them.
     from podres_exporter import collectors
     from podres_exporter.exporter.settings import build as build_settings

@@ -59,7 +59,7 @@ def vector(data: dict[str, Any]) -> list[tuple[dict[str, str], float]]:
     return out
 
 
-def _node_names(
+def node_names(
     info: list[tuple[dict[str, str], float]],
 ) -> dict[tuple[str, str], str]:
     """Each target's (``job``, ``instance``) node from ``podres_node_info``; targets that
@@ -75,7 +75,7 @@ def _node_names(
     return {target: node for target, node in by_target.items() if node and counts[node] == 1}
 
 
-def _with_node(labels: dict[str, str], names: dict[tuple[str, str], str]) -> dict[str, str]:
+def with_node(labels: dict[str, str], names: dict[tuple[str, str], str]) -> dict[str, str]:
     """``labels`` with the node its target names itself, where the scrape added none."""
     if RENAMED in labels:
         raise fetch_error(
@@ -116,7 +116,9 @@ class PrometheusSource:
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="podres-top-query")
 
-    def _query(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
+    def query(self, promql: str, at: float) -> list[tuple[dict[str, str], float]]:
+        """One instant query at ``at`` (Unix seconds): each series' labels and value;
+        FetchError (exit status 1) when Prometheus rejects it or answers another shape."""
         q = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
         what = f"Prometheus at {self.base} (--prometheus)"
         body = self._client.get(f"{self.base}/api/v1/query?{q}", what)
@@ -137,7 +139,8 @@ class PrometheusSource:
                 exit_code=1,
             ) from None
 
-    def _wanted(self, labels: dict[str, str]) -> bool:
+    def wanted(self, labels: dict[str, str]) -> bool:
+        """Whether a series (its labels, node named) is of the node ``--node`` picks."""
         if not self.node:
             return True
         instance = labels.get("instance", "")
@@ -149,18 +152,18 @@ class PrometheusSource:
         queries[BUSY_RATIO] = f"rate({BUSY_COUNTER}[{RATE_WINDOW}])"
         queries[NODE_INFO] = NODE_INFO
         results = dict(
-            zip(queries, self._pool.map(partial(self._query, at=at), queries.values()), strict=True)
+            zip(queries, self._pool.map(partial(self.query, at=at), queries.values()), strict=True)
         )
-        names = _node_names(results.pop(NODE_INFO))
+        names = node_names(results.pop(NODE_INFO))
         samples: list[Sample] = []
         seen: set[str] = set()
         unnamed = False
         for name, result in results.items():
             for scraped, value in result:
-                labels = _with_node(scraped, names)
+                labels = with_node(scraped, names)
                 unnamed = unnamed or not labels.get("node")
                 seen.add(labels.get("node") or labels.get("instance", ""))
-                if self._wanted(labels) and math.isfinite(value):  # NaN, ±Inf: no figure
+                if self.wanted(labels) and math.isfinite(value):  # NaN, ±Inf: no figure
                     samples.append(Sample(name, labels, value))
         if not seen:
             raise fetch_error(
