@@ -25,27 +25,23 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from podres_exporter.core.cpulist import parse_cpulist
-from podres_exporter.core.kube import parse_bytes, parse_millicpu
 from podres_exporter.core.topology import (
-    CPU,
-    MEMORY,
-    Container,
-    CpuInfo,
     CpuPolicy,
-    DeviceInfo,
     MemoryPolicy,
-    NodeState,
-    Pod,
     Policies,
     Scope,
     TopologyPolicy,
     admit,
 )
+from podres_exporter.fit.manifest import pod_from_manifest
+from podres_exporter.fit.state import node_facts
 from tests.deviceplugin.support import write_sysfs as write_nic_sysfs
 from tests.e2e.cluster import PAUSE_IMAGE, Cluster, ClusterError, wait_for
 from tests.faults.support import PODRES, DaemonProcess, Starter
@@ -321,6 +317,17 @@ def start_plugin(daemons: Starter, cluster: Cluster, tree: Path, work: Path) -> 
     return plugin
 
 
+def kubelet_file_flags(cluster: Cluster) -> list[str]:
+    """The kubelet's configuration file and device checkpoint, for an exporter that reads
+    them (the facts ``podres fit`` admits with); none for one that does not."""
+    help_text = run_in_group([*PODRES, "export", "--help"], timeout=60, cwd=REPO).stdout
+    flags = {
+        "--kubelet-config": cluster.work / "kubelet.json",
+        "--kubelet-device-checkpoint": cluster.device_plugin_dir / "kubelet_internal_checkpoint",
+    }
+    return [part for flag, path in flags.items() if flag in help_text for part in (flag, str(path))]
+
+
 def start_exporter(daemons: Starter, cluster: Cluster, tree: Path) -> DaemonProcess:
     """``podres export`` on the kubelet's pod-resources socket, ``--path.sysfs`` at ``tree``."""
     exporter = daemons(
@@ -335,6 +342,7 @@ def start_exporter(daemons: Starter, cluster: Cluster, tree: Path) -> DaemonProc
             "--path.pod-logs", str(cluster.pod_logs),
             "--path.container-logs", str(cluster.private("/var/log/containers")),
             "--log-format", "json",
+            *kubelet_file_flags(cluster),
         ],
     )  # fmt: skip
     exporter.wait_url()
@@ -346,11 +354,16 @@ def start_exporter(daemons: Starter, cluster: Cluster, tree: Path) -> DaemonProc
     return exporter
 
 
-def scrape(exporter: DaemonProcess) -> Samples:
+def exposition(exporter: DaemonProcess) -> str:
+    """The exporter's /metrics body."""
     status, _, body = http_get(exporter.url + "/metrics")
     if status != 200:
         raise ClusterError(f"{exporter.url}/metrics answered {status}")
-    return parse_samples(body.decode())
+    return body.decode()
+
+
+def scrape(exporter: DaemonProcess) -> Samples:
+    return parse_samples(exposition(exporter))
 
 
 # --------------------------------------------------------------------------- the pods
@@ -468,18 +481,26 @@ def fit_command(url: str, manifest: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What a predictor said of a pod before it was created: fits or not, by whom
-    (``podres fit`` or ``core.topology.admit``), and its whole answer for the log."""
+    """What a predictor said of a pod before it was created: fits or not, the kubelet's
+    reason it expects (empty when it fits), the NUMA nodes of the pod's one container
+    (None: no preference), by whom, and its whole answer for the log."""
 
     fits: bool
+    reason: str
+    numa: tuple[int, ...] | None
     by: str
     answer: str
 
 
 def fit_available() -> bool:
     """Whether this build has ``podres fit``."""
-    result = run_in_group([*PODRES, "fit", "--help"], timeout=60, cwd=REPO)
-    return result.returncode == 0
+    return run_in_group([*PODRES, "fit", "--help"], timeout=60, cwd=REPO).returncode == 0
+
+
+def config_exported(samples: Samples) -> bool:
+    """Whether the exporter serves the kubelet's policies (``podres_kubelet_config_info``):
+    without them ``podres fit`` assumes the kubelet's defaults (Topology Manager none)."""
+    return bool(select(samples, "podres_kubelet_config_info"))
 
 
 def predict_with_fit(url: str, manifest: Path) -> Prediction:
@@ -487,87 +508,60 @@ def predict_with_fit(url: str, manifest: Path) -> Prediction:
     result = run_in_group(fit_command(url, manifest), timeout=60, cwd=REPO)
     if result.returncode not in (0, 1):
         raise ClusterError(f"podres fit exited {result.returncode}: {result.stderr.strip()}")
-    return Prediction(result.returncode == 0, "podres fit", result.stdout)
+    node = json.loads(result.stdout)["nodes"][0]
+    placements = node["placements"]
+    numa = placements[0]["numa_nodes"] if placements else None
+    return Prediction(
+        result.returncode == 0,
+        node["reason"],
+        None if numa is None else tuple(numa),
+        "podres fit",
+        result.stdout,
+    )
 
 
-def _cpu_topology(tree: Path, cpu: int, name: str) -> int:
-    path = tree / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology" / name
-    return int(path.read_text()) if path.exists() else cpu
-
-
-def node_state(samples: Samples, tree: Path, config: Mapping[str, Any]) -> NodeState:
-    """The node as the exporter's /metrics shows it (every CPU with its NUMA node and pool,
-    every device with its NUMA node and state), under the policies of the kubelet's
-    configuration ``config``; cores and sockets from the sysfs tree."""
-    policies = Policies(
+def policies_of(config: Mapping[str, Any]) -> Policies:
+    """The admission policies a kubelet configuration (as written here) sets."""
+    return Policies(
         topology=TopologyPolicy(config.get("topologyManagerPolicy", "none")),
         scope=Scope(config.get("topologyManagerScope", "container")),
         cpu=CpuPolicy(config.get("cpuManagerPolicy", "none")),
         memory=MemoryPolicy(config.get("memoryManagerPolicy", "None")),
     )
-    cpus, reserved, free = [], set(), set()
-    for labels in select(samples, "podres_cpu_assignment_info"):
-        info = dict(labels)
-        cpu = int(info["cpu"])
-        core, socket = (
-            _cpu_topology(tree, cpu, "core_id"),
-            _cpu_topology(tree, cpu, "physical_package_id"),
-        )
-        cpus.append(CpuInfo(cpu, core, socket, int(info["numa_node"])))
-        if info["pool"] == "reserved":
-            reserved.add(cpu)
-        elif info["pool"] == "shared_free":
-            free.add(cpu)
-    devices: dict[str, list[DeviceInfo]] = {}
-    free_devices: dict[str, set[str]] = {}
-    for labels in select(samples, "podres_node_device_info"):
-        info = dict(labels)
-        numa = frozenset(int(n) for n in info.get("numa_node", "").split(",") if n)
-        healthy = info["state"] != "allocated_unhealthy"
-        devices.setdefault(info["resource"], []).append(
-            DeviceInfo(info["device_id"], numa, healthy)
-        )
-        if info["state"] == "free":
-            free_devices.setdefault(info["resource"], set()).add(info["device_id"])
-    return NodeState(
-        policies=policies,
-        cpus=tuple(sorted(cpus, key=lambda c: c.id)),
-        free_cpus=frozenset(free),
-        reserved_cpus=frozenset(reserved),
-        devices={r: tuple(d) for r, d in devices.items()},
-        free_devices={r: frozenset(d) for r, d in free_devices.items()},
+
+
+def predict_in_process(exposition: str, manifest: Path, config: Mapping[str, Any]) -> Prediction:
+    """``podres fit``'s own steps in this process, for an exporter that does not serve the
+    kubelet's policies: the node state it builds from the exposition, with the policies of
+    the kubelet configuration ``config``, and the pod it reads from ``manifest``, admitted
+    by ``core.topology.admit``."""
+    samples = [s for f in text_string_to_metric_families(exposition) for s in f.samples]
+    state = replace(node_facts("", samples).state, policies=policies_of(config))
+    decision = admit(state, pod_from_manifest(manifest.read_text(), str(manifest)).pod)
+    placements = decision.placements
+    return Prediction(
+        decision.admitted,
+        decision.reason.value,
+        placements[0].affinity if placements else None,
+        "podres fit's node state + core.topology.admit",
+        repr(decision),
     )
 
 
-def _amounts(values: Mapping[str, str | int]) -> dict[str, int]:
-    out = {}
-    for name, value in values.items():
-        if name == CPU:
-            out[name] = parse_millicpu(value)
-        elif name == MEMORY or name.startswith("hugepages-"):
-            out[name] = parse_bytes(value)
-        else:
-            out[name] = int(value)
+_BEST_HINT = re.compile(
+    r'"Best TopologyHint" bestHint=\{"NUMANodeAffinity":(null|\d+),"Preferred":(true|false)\}'
+    r' pod="(?P<pod>[^"]+)" containerName="(?P<container>[^"]+)"'
+)
+
+
+def best_hints(kubelet_log: str) -> dict[tuple[str, str], tuple[int, ...] | None]:
+    """(``namespace/pod``, container) -> the NUMA nodes of the Topology Manager's best hint,
+    as the kubelet logs it at ``--v=2`` (None: no affinity; the last one per container)."""
+    out: dict[tuple[str, str], tuple[int, ...] | None] = {}
+    for m in _BEST_HINT.finditer(kubelet_log):
+        mask = None if m.group(1) == "null" else int(m.group(1))
+        nodes = (
+            None if mask is None else tuple(n for n in range(mask.bit_length()) if mask >> n & 1)
+        )
+        out[(m.group("pod"), m.group("container"))] = nodes
     return out
-
-
-def pod_of(shape: Shape) -> Pod:
-    """The shape as ``core.topology`` takes a pod."""
-    container = Container(
-        "main",
-        requests=_amounts(shape.resources.get("requests", {})),
-        limits=_amounts(shape.resources.get("limits", {})),
-    )
-    return Pod(shape.name, (container,))
-
-
-def predict_with_admit(
-    samples: Samples, tree: Path, config: Mapping[str, Any], shape: Shape
-) -> Prediction | None:
-    """``core.topology.admit`` on the node built from the exporter's /metrics; None while
-    this build has no ``admit`` yet."""
-    try:
-        decision = admit(node_state(samples, tree, config), pod_of(shape))
-    except NotImplementedError:
-        return None
-    return Prediction(decision.admitted, "core.topology.admit", repr(decision))

@@ -41,25 +41,27 @@ from tests.e2e.numa import (
     Outcome,
     Prediction,
     Shape,
+    best_hints,
+    config_exported,
     cpu_manager_state,
     create_namespace,
     delete_namespace,
     exclusive_cpus,
+    exposition,
     fit_available,
     numa_kubelet_config,
     outcome,
     pod_manifest,
-    predict_with_admit,
+    predict_in_process,
     predict_with_fit,
     progress,
-    scrape,
     start_exporter,
     start_plugin,
     two_numa_kubelet,
     write_numa_sysfs,
 )
 from tests.faults.support import DaemonProcess, started
-from tests.support import Samples, select
+from tests.support import Samples, parse_samples, select
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -99,7 +101,7 @@ class Step:
     """One pod: its shape, the prediction made before it was created, what became of it."""
 
     shape: Shape
-    prediction: Prediction | None
+    prediction: Prediction
     outcome: Outcome
 
 
@@ -117,19 +119,20 @@ class NumaRun:
     def step(self, name: str) -> Step:
         return next(s for s in self.steps if s.shape.name == name)
 
-    def fresh_samples(self) -> Samples:
+    def fresh_exposition(self) -> str:
         """The exporter's /metrics from a reading of the kubelet taken from now on."""
         since = time.time()
 
-        def taken_since() -> Samples | None:
-            samples = scrape(self.exporter)
-            taken = select(samples, "podres_kubelet_last_success_timestamp_seconds")
-            return samples if sum(taken.values()) > since else None
+        def taken_since() -> str | None:
+            text = exposition(self.exporter)
+            taken = select(parse_samples(text), "podres_kubelet_last_success_timestamp_seconds")
+            return text if sum(taken.values()) > since else None
 
-        samples: Samples = wait_for(
-            "the exporter to read the kubelet again", taken_since, timeout=30
-        )
-        return samples
+        text: str = wait_for("the exporter to read the kubelet again", taken_since, timeout=30)
+        return text
+
+    def fresh_samples(self) -> Samples:
+        return parse_samples(self.fresh_exposition())
 
     def reading(self) -> KubeletReading:
         """The kubelet's List and GetAllocatableResources, through the project's client."""
@@ -140,17 +143,17 @@ class NumaRun:
             client.close()
 
 
-def _predict(run: NumaRun, shape: Shape, manifest: Path, with_fit: bool) -> Prediction | None:
+def _predict(run: NumaRun, manifest: Path, with_fit: bool) -> Prediction:
     if with_fit:
         return predict_with_fit(run.exporter.url, manifest)
-    return predict_with_admit(run.fresh_samples(), run.tree, run.config, shape)
+    return predict_in_process(run.fresh_exposition(), manifest, run.config)
 
 
 def _create(run: NumaRun, shape: Shape, with_fit: bool) -> Step:
     manifest = run.tree.parent / f"numa-pod-{shape.name}.yaml"
     manifest.write_text(json.dumps(pod_manifest(shape, run.cluster.node_name)))  # JSON is YAML
     run.fresh_samples()  # the exporter has seen the pods before this one
-    prediction = _predict(run, shape, manifest, with_fit)
+    prediction = _predict(run, manifest, with_fit)
     run.cluster.kubectl("apply", "-f", str(manifest))
     result = wait_for(
         f"pod {shape.name} to run or be refused",
@@ -161,11 +164,8 @@ def _create(run: NumaRun, shape: Shape, with_fit: bool) -> Step:
     progress(
         f"NUMA pod {shape.name}: {'admitted' if result.admitted else 'refused'}"
         f"{'' if result.admitted else f' ({result.reason}: {result.message})'}; predicted by "
-        + (
-            f"{prediction.by}: {'fits' if prediction.fits else 'does not fit'}"
-            if prediction
-            else "none"
-        )
+        + f"{prediction.by}: {'fits' if prediction.fits else 'does not fit'}"
+        + (f" on NUMA {prediction.numa}" if prediction.fits else f" ({prediction.reason})")
     )
     return Step(shape, prediction, result)
 
@@ -189,7 +189,8 @@ def numa(cluster: Cluster) -> Iterator[NumaRun]:
             lambda: len(free_devices(run.reading())) == 2,
             timeout=60,
         )
-        with_fit = fit_available()
+        with_fit = fit_available() and config_exported(run.fresh_samples())
+        progress(f"predictions by {'podres fit' if with_fit else 'podres fit in process'}")
         for shape in SHAPES:
             run.steps.append(_create(run, shape, with_fit))
         with (cluster.logs / "kubelet.log").open("rb") as fh:
@@ -257,17 +258,22 @@ def test_the_kubelet_admits_or_refuses_each_shape(numa: NumaRun, shape: Shape) -
 
 def test_podres_fit_predicts_the_kubelets_answer(numa: NumaRun) -> None:
     """For every shape, the prediction made before the pod came equals the kubelet's
-    admission: predicted to fit <=> admitted; predicted not to <=> TopologyAffinityError."""
-    if any(s.prediction is None for s in numa.steps):
-        pytest.skip("this build has neither `podres fit` nor core.topology.admit")
-    answers = {
-        s.shape.name: (s.prediction.fits if s.prediction else None, s.outcome.admitted)
+    admission: fits <=> admitted, the same reason when refused (TopologyAffinityError),
+    and the NUMA nodes the kubelet's Topology Manager chose (its logged best hint)."""
+    hints = best_hints(numa.kubelet_log)
+    got = {
+        s.shape.name: (s.prediction.fits, s.prediction.reason, s.prediction.numa)
         for s in numa.steps
     }
-    assert all(fits == admitted for fits, admitted in answers.values()), answers
-    for s in numa.steps:
-        if not s.outcome.admitted:
-            assert s.outcome.reason == TOPOLOGY_AFFINITY, s
+    kubelet = {
+        s.shape.name: (
+            s.outcome.admitted,
+            s.outcome.reason,
+            hints[(f"{NAMESPACE}/{s.shape.name}", "main")] if s.outcome.admitted else None,
+        )
+        for s in numa.steps
+    }
+    assert got == kubelet, {s.shape.name: s.prediction.answer for s in numa.steps}
 
 
 def test_admitted_pods_are_where_the_kubelet_put_them(numa: NumaRun) -> None:
