@@ -376,3 +376,65 @@ def test_exporter_devices_and_cpus_equal_the_pod_resources_answers(numa: NumaRun
 def numa_label(nodes: tuple[int, ...] | None) -> str:
     """The ``numa_node`` label of a device on ``nodes`` (empty: no topology)."""
     return ",".join(str(n) for n in sorted(nodes or ()))
+
+
+def test_exporter_admission_facts_equal_the_kubelets_own(numa: NumaRun) -> None:
+    """The facts ``podres fit`` admits with, as the exporter serves them, are the kubelet's:
+    the policies of its configuration file, its registered devices per NUMA node (all
+    healthy here: what GetAllocatableResources lists), the free whole cores per NUMA node
+    of its CPU manager checkpoint, and the distances of the tree it reads."""
+    samples = numa.fresh_samples()
+    if not config_exported(samples):
+        pytest.skip("this exporter does not serve the kubelet's admission facts")
+    (info,) = map(dict, select(samples, "podres_kubelet_config_info"))
+    assert (
+        info["topology_manager_policy"],
+        info["topology_manager_scope"],
+        info["cpu_manager_policy"],
+        info["memory_manager_policy"],
+    ) == tuple(
+        numa.config[key]
+        for key in (
+            "topologyManagerPolicy",
+            "topologyManagerScope",
+            "cpuManagerPolicy",
+            "memoryManagerPolicy",
+        )
+    )
+    allocatable = numa.reading().allocatable
+    assert allocatable is not None
+    per_numa: dict[tuple[str, str], int] = {}
+    for d in allocatable.devices:
+        key = (d.resource, numa_label(d.numa))
+        per_numa[key] = per_numa.get(key, 0) + 1
+    registered = {
+        (lbl["resource"], lbl.get("numa_node", "")): value
+        for lbl, value in (
+            (dict(k), v) for k, v in select(samples, "podres_node_registered_devices").items()
+        )
+    }
+    assert registered == per_numa
+    free = set(parse_cpulist(cpu_manager_state(numa.cluster)["defaultCpuSet"])) - RESERVED_CPUS
+    for node in sorted(set(NUMA_OF_CPU.values())):
+        cores = {core_of(numa.tree, c) for c in NUMA_OF_CPU if NUMA_OF_CPU[c] == node}
+        whole = {
+            core
+            for core in cores
+            if all(c in free for c in NUMA_OF_CPU if core_of(numa.tree, c) == core)
+        }
+        shown = select(samples, "podres_node_free_cores", numa_node=str(node))
+        assert sum(shown.values()) == len(whole), node
+        for to in sorted(set(NUMA_OF_CPU.values())):
+            distance = select(
+                samples, "podres_node_numa_distance", numa_node=str(node), to_numa_node=str(to)
+            )
+            assert sum(distance.values()) == (10 if node == to else 20), (node, to)
+
+
+def core_of(tree: Path, cpu: int) -> tuple[str, str]:
+    """The (socket, core) of ``cpu`` in the sysfs tree."""
+    topology = tree / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+    return (
+        (topology / "physical_package_id").read_text().strip(),
+        (topology / "core_id").read_text().strip(),
+    )
