@@ -2,18 +2,21 @@
 
 The machines the tier runs on have one NUMA node and two CPUs, so a kubelet run as it is
 makes every NUMA decision trivially. The kubelet (through cadvisor) builds its machine
-topology from ``/sys/devices/system/node``; here a made-up tree is bind-mounted over that
-directory in the cluster's mount namespace (the kubelet's and containerd's, never the
-host's) while the session cluster's kubelet runs with the configuration of
-:func:`numa_kubelet_config`: NUMA node 0 holds CPU 0, node 1 CPU 1, half the memory each,
-distances ``10 20`` / ``20 10``.
+topology from ``/sys/devices/system/node``; :func:`two_numa_kubelet` bind-mounts a made-up
+tree over that directory in the cluster's mount namespace (the kubelet's and containerd's,
+never the host's) and restarts the session cluster's kubelet with the configuration of
+:func:`numa_kubelet_config` (``single-numa-node``, CPU manager ``static``, memory manager
+``None``). The tree (:func:`write_numa_sysfs`, :class:`Layout`): NUMA node 0 holds the
+first CPU with its SMT siblings, reserved by the kubelet; node 1 the rest (on these
+machines CPU 0 and CPU 1); half the memory each; distances ``10 20`` / ``20 10``.
 
 Beside it, as processes of the test run, ``podres plugin`` advertises two PCI functions
 of a made-up NIC on NUMA node 0 (:data:`RESOURCE`, from the same tree's
 ``bus/pci/devices``) and ``podres export`` reads the kubelet's pod-resources socket with
-``--path.sysfs`` at the same tree, so both see the NUMA layout the kubelet sees.
-:func:`numa_node` brings it all up and, however the tests end, takes it down again and
-gives the cluster back its own kubelet.
+``--path.sysfs`` at the same tree (and the kubelet's configuration file and device
+checkpoint, where it has the flags), so both see the NUMA layout the kubelet sees. When
+the tests end, however they end, the tree is unmounted and the cluster's kubelet runs
+again as it was, on the checkpoints it keeps of its own.
 """
 
 from __future__ import annotations
@@ -25,27 +28,15 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from podres_exporter.core.cpulist import parse_cpulist
-from podres_exporter.core.topology import (
-    CpuPolicy,
-    MemoryPolicy,
-    Policies,
-    Scope,
-    TopologyPolicy,
-    admit,
-)
-from podres_exporter.fit.manifest import pod_from_manifest
-from podres_exporter.fit.state import node_facts
 from tests.deviceplugin.support import write_sysfs as write_nic_sysfs
 from tests.e2e.cluster import PAUSE_IMAGE, Cluster, ClusterError, wait_for
 from tests.faults.support import PODRES, DaemonProcess, Starter
-from tests.support import Samples, http_get, parse_samples, run_in_group, select
+from tests.support import Samples, http_get, parse_samples, run_in_group
 
 RESOURCE = "example.com/numa-vf"
 VF_ADDRESSES = ("0000:af:02.0", "0000:af:02.1")  # two VFs of a NIC on NUMA node 0
@@ -469,99 +460,3 @@ def exclusive_cpus(state: Mapping[str, Any]) -> dict[tuple[str, str], frozenset[
         for uid, containers in (state.get("entries") or {}).items()
         for container, cpus in containers.items()
     }
-
-
-def fit_command(url: str, manifest: Path) -> list[str]:
-    """``podres fit`` against one exporter, asked about the pod in ``manifest``."""
-    return [*PODRES, "fit", "--exporter", url, "-f", str(manifest), "-o", "json"]
-
-
-# --------------------------------------------------------------------------- predictions
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What a predictor said of a pod before it was created: fits or not, the kubelet's
-    reason it expects (empty when it fits), the NUMA nodes of the pod's one container
-    (None: no preference), by whom, and its whole answer for the log."""
-
-    fits: bool
-    reason: str
-    numa: tuple[int, ...] | None
-    by: str
-    answer: str
-
-
-def fit_available() -> bool:
-    """Whether this build has ``podres fit``."""
-    return run_in_group([*PODRES, "fit", "--help"], timeout=60, cwd=REPO).returncode == 0
-
-
-def config_exported(samples: Samples) -> bool:
-    """Whether the exporter serves the kubelet's policies (``podres_kubelet_config_info``):
-    without them ``podres fit`` assumes the kubelet's defaults (Topology Manager none)."""
-    return bool(select(samples, "podres_kubelet_config_info"))
-
-
-def predict_with_fit(url: str, manifest: Path) -> Prediction:
-    """``podres fit --exporter URL -f FILE -o json``: exit 0 fits, 1 fits nowhere."""
-    result = run_in_group(fit_command(url, manifest), timeout=60, cwd=REPO)
-    if result.returncode not in (0, 1):
-        raise ClusterError(f"podres fit exited {result.returncode}: {result.stderr.strip()}")
-    node = json.loads(result.stdout)["nodes"][0]
-    placements = node["placements"]
-    numa = placements[0]["numa_nodes"] if placements else None
-    return Prediction(
-        result.returncode == 0,
-        node["reason"],
-        None if numa is None else tuple(numa),
-        "podres fit",
-        result.stdout,
-    )
-
-
-def policies_of(config: Mapping[str, Any]) -> Policies:
-    """The admission policies a kubelet configuration (as written here) sets."""
-    return Policies(
-        topology=TopologyPolicy(config.get("topologyManagerPolicy", "none")),
-        scope=Scope(config.get("topologyManagerScope", "container")),
-        cpu=CpuPolicy(config.get("cpuManagerPolicy", "none")),
-        memory=MemoryPolicy(config.get("memoryManagerPolicy", "None")),
-    )
-
-
-def predict_in_process(exposition: str, manifest: Path, config: Mapping[str, Any]) -> Prediction:
-    """``podres fit``'s own steps in this process, for an exporter that does not serve the
-    kubelet's policies: the node state it builds from the exposition, with the policies of
-    the kubelet configuration ``config``, and the pod it reads from ``manifest``, admitted
-    by ``core.topology.admit``."""
-    samples = [s for f in text_string_to_metric_families(exposition) for s in f.samples]
-    state = replace(node_facts("", samples).state, policies=policies_of(config))
-    decision = admit(state, pod_from_manifest(manifest.read_text(), str(manifest)).pod)
-    placements = decision.placements
-    return Prediction(
-        decision.admitted,
-        decision.reason.value,
-        placements[0].affinity if placements else None,
-        "podres fit's node state + core.topology.admit",
-        repr(decision),
-    )
-
-
-_BEST_HINT = re.compile(
-    r'"Best TopologyHint" bestHint=\{"NUMANodeAffinity":(null|\d+),"Preferred":(true|false)\}'
-    r' pod="(?P<pod>[^"]+)" containerName="(?P<container>[^"]+)"'
-)
-
-
-def best_hints(kubelet_log: str) -> dict[tuple[str, str], tuple[int, ...] | None]:
-    """(``namespace/pod``, container) -> the NUMA nodes of the Topology Manager's best hint,
-    as the kubelet logs it at ``--v=2`` (None: no affinity; the last one per container)."""
-    out: dict[tuple[str, str], tuple[int, ...] | None] = {}
-    for m in _BEST_HINT.finditer(kubelet_log):
-        mask = None if m.group(1) == "null" else int(m.group(1))
-        nodes = (
-            None if mask is None else tuple(n for n in range(mask.bit_length()) if mask >> n & 1)
-        )
-        out[(m.group("pod"), m.group("container"))] = nodes
-    return out

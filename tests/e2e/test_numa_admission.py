@@ -1,15 +1,17 @@
 """The real kubelet has the last word on NUMA admission.
 
 The session cluster's kubelet is restarted seeing two NUMA nodes (``tests/e2e/numa.py``:
-CPU 0 on node 0 and reserved, CPU 1 on node 1) under the Topology Manager's
-``single-numa-node`` policy, with ``podres plugin`` advertising two devices on NUMA node 0
-and ``podres export`` reading the kubelet. Pods of a few shapes are then created one after
-the other, bound to the node; before each, ``podres fit`` (until this build has it,
-``core.topology.admit`` on the node read from the exporter's /metrics) predicts whether it
-fits. The tests check the kubelet's answer for each shape, the prediction against it, and
-the exporter's per-NUMA accounting against the kubelet's own: its CPU manager checkpoint
-and its pod-resources answers read with the project's client. Afterwards the cluster's
-kubelet runs again as it was.
+CPU 0 on node 0 and reserved, CPU 1 on node 1 on these machines) under the Topology
+Manager's ``single-numa-node`` policy, with ``podres plugin`` advertising two devices on
+NUMA node 0 and ``podres export`` reading the kubelet. Pods of a few shapes are then
+created one after the other, bound to the node; before each, ``podres fit`` predicts
+whether and where it fits (``tests/e2e/numa_fit.py``: its command against the exporter,
+or its own steps in process with the kubelet's policies while the exporter does not serve
+them). The tests check the kubelet's answer for each shape, the prediction against it
+(admitted, reason, NUMA nodes of the Topology Manager's best hint), and the exporter's
+per-NUMA accounting against the kubelet's own: its CPU manager checkpoint, its
+configuration, and its pod-resources answers read with the project's client. Afterwards
+the cluster's kubelet runs again as it was.
 """
 
 from __future__ import annotations
@@ -39,31 +41,33 @@ from tests.e2e.numa import (
     RESOURCE,
     VF_ADDRESSES,
     Outcome,
-    Prediction,
     Shape,
-    best_hints,
-    config_exported,
     cpu_manager_state,
     create_namespace,
     delete_namespace,
     exclusive_cpus,
     exposition,
-    fit_available,
     numa_kubelet_config,
     outcome,
     pod_manifest,
-    predict_in_process,
-    predict_with_fit,
     progress,
     start_exporter,
     start_plugin,
     two_numa_kubelet,
     write_numa_sysfs,
 )
+from tests.e2e.numa_fit import (
+    Prediction,
+    best_hints,
+    config_exported,
+    fit_available,
+    predict_in_process,
+    predict_with_fit,
+)
 from tests.faults.support import DaemonProcess, started
 from tests.support import Samples, parse_samples, select
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 TOPOLOGY_AFFINITY = "TopologyAffinityError"
 SMALL = {"cpu": "10m", "memory": "16Mi"}  # a Burstable container's requests
@@ -242,6 +246,29 @@ def test_the_kubelet_sees_two_numa_nodes(numa: NumaRun) -> None:
     assert set(allocatable.cpu_ids) == set(NUMA_OF_CPU) - RESERVED_CPUS
     numas = {d.numa for d in allocatable.devices if d.resource == RESOURCE}
     assert numas == {(DEVICE_NUMA,)}
+
+
+def test_the_kubelets_best_hints_read_as_numa_nodes() -> None:
+    """The Topology Manager's best hint, as kubelet v1.28 logs it at --v=2, reads as the
+    NUMA nodes of its bit mask (None: no affinity), the last one per container."""
+    log = "\n".join(
+        f'I1128 02:41:12.918322   15988 scope_container.go:50] "Best TopologyHint" '
+        f'bestHint={{"NUMANodeAffinity":{mask},"Preferred":{preferred}}} '
+        f'pod="{NAMESPACE}/{pod}" containerName="main"'
+        for mask, preferred, pod in (
+            ("null", "false", "a"),
+            ("1", "true", "b"),
+            ("2", "true", "c"),
+            ("2", "false", "d"),
+            ("3", "false", "d"),
+        )
+    )
+    assert best_hints(log) == {
+        (f"{NAMESPACE}/a", "main"): None,
+        (f"{NAMESPACE}/b", "main"): (0,),
+        (f"{NAMESPACE}/c", "main"): (1,),
+        (f"{NAMESPACE}/d", "main"): (0, 1),
+    }
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
