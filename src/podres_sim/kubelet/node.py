@@ -594,8 +594,10 @@ class Node:
         dm = self._dm
         if dm is not None:
             for r in self._plugin:
-                devices.extend(DeviceSpec(r, d.id, d.numa, d.healthy) for d in dm.devices(r))
-                free[r] = dm.free_devices(r)
+                registered = dm.devices(r)
+                if registered:  # isDevicePluginResource: a resource never registered is ignored
+                    devices.extend(DeviceSpec(r, d.id, d.numa, d.healthy) for d in registered)
+                    free[r] = dm.free_devices(r)
         return topology.node_state(self._spec, self._pools, devices, free, self._pods.values())
 
     def _core_admit(

@@ -190,3 +190,18 @@ def test_container_scope_init_container_refused_first() -> None:
     p = pod(guaranteed("app", cpu=1), init=[guaranteed("init", cpu=5)])
     d = admit(node(), p)
     assert (d.reason, d.container) == (Reason.TOPOLOGY_AFFINITY, "init")
+
+
+def test_policy_none_memory_takes_a_non_preferred_default_hint() -> None:
+    """Topology policy none hands the memory manager the zero hint (nil, not preferred):
+    a pod whose memory only fits across both nodes' free memory is admitted there, not
+    refused for want of a preferred default hint (memorymanager Allocate)."""
+    n = node(
+        policy=TopologyPolicy.NONE,
+        memory=MemoryPolicy.STATIC,
+        mem_per_numa=4 * GiB,
+        mem_free={0: GiB, 1: GiB},
+    )
+    d, _, shares = assign(n, pod(guaranteed(cpu=1, mem=3 * GiB // 2)))
+    assert d.admitted, d.message
+    assert shares[0].memory_numa == (0, 1)

@@ -18,7 +18,7 @@ from podres_exporter.core.topology import (
 from podres_exporter.core.topology.model import Policies
 from tests.core.topology.support import nodes, pods
 
-SETTINGS = settings(max_examples=150, deadline=None)
+SETTINGS = settings(max_examples=80, deadline=None)
 
 
 def _with(node: NodeState, policy: TopologyPolicy) -> NodeState:
@@ -99,7 +99,7 @@ def test_aligned_cpus_stay_on_their_numa_node(node: NodeState, pod: Pod) -> None
             assert {numa[c] for c in share.cpus} <= set(affinity)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(nodes(), pods())
 def test_count_fits_is_repeated_apply(node: NodeState, pod: Pod) -> None:
     """count_fits is 0 exactly when refused, never above the limit, and one more than

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -776,3 +777,22 @@ def test_scenario_device_plugins_table(tmp_path):
     for line, where in bad.items():
         with pytest.raises(ScenarioError, match=where):
             parse_scenario(f"[device_plugins]\n{line}\n{node}")
+
+
+def test_topology_policy_aligns_and_refuses_plugin_devices(make_kubelet, make_plugin, dp_dir):
+    """Under single-numa-node the plugin's devices go through the Topology Manager: the
+    first 2-VF pod is admitted on NUMA node 1 (the only node with two VFs), CPUs and VFs
+    aligned; the second finds one VF left and is refused with TopologyAffinityError."""
+    sc = vf_scenario(dp_dir, pods=2)
+    sc = replace(sc, node=replace(sc.node, topology_policy="single-numa-node"))
+    sim = make_kubelet(sc)
+    make_plugin(
+        Dev("0000:3b:02.0", "Healthy", (0,)),
+        *devs("0000:af:06.1", "0000:af:06.2", numa=1),
+    ).serve_and_register()
+    wait_until(lambda: sim.node.pod("ml", "trainer-0").admitted, 5)
+    client = PodResources(sim)
+    assert client.devices("trainer-0") == {(VF, "0000:af:06.1", 1), (VF, "0000:af:06.2", 1)}
+    assert set(sim.node.pod("ml", "trainer-0").containers[0].cpu_ids) <= {4, 5, 6, 7}
+    wait_until(lambda: sim.node.pod("ml", "trainer-1").reason == "TopologyAffinityError", 5)
+    assert not sim.node.pod("ml", "trainer-1").admitted

@@ -103,7 +103,7 @@ def _full_pcpus_check(books: Books, count: int) -> None:
     """policy_static.go ``Allocate`` with full-pcpus-only: the request must be a multiple
     of the CPUs per core, and no more than the free CPUs outside the reserved CPUs' cores
     (``GetAvailablePhysicalCPUs``); else SMTAlignmentError."""
-    per_core = books.topo.cpus_per_core
+    per_core = max(1, books.topo.cpus_per_core)
     if count % per_core:
         raise _Refused(
             Reason.SMT_ALIGNMENT,
@@ -196,10 +196,11 @@ def _run(node: NodeState, pod: Pod) -> tuple[Decision, Books, tuple[Assignment, 
     current: str | None = None
     try:
         if policy is TopologyPolicy.NONE:
-            # scope.go admitPolicyNone: allocate every container with no hint
+            # scope.go admitPolicyNone: allocate every container with no hint (GetAffinity
+            # then answers the zero TopologyHint: nil mask, not preferred)
             for c, init in _containers(pod):
                 current = c.name
-                done.append(_allocate(books, klass, c, init, Hint(None, True)))
+                done.append(_allocate(books, klass, c, init, Hint(None, False)))
         elif node.policies.scope is Scope.POD:
             asked = Asked(
                 pod_device_requests(books, pod),

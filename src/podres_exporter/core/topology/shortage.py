@@ -20,7 +20,13 @@ from podres_exporter.core.topology.cpus import cpu_hints
 from podres_exporter.core.topology.devices import device_hints
 from podres_exporter.core.topology.memory import memory_hints
 from podres_exporter.core.topology.merge import Hint
-from podres_exporter.core.topology.model import CPU, Shortage, TopologyPolicy
+from podres_exporter.core.topology.model import (
+    CPU,
+    CpuPolicy,
+    MemoryPolicy,
+    Shortage,
+    TopologyPolicy,
+)
 
 __all__ = ["Asked", "explain"]
 
@@ -92,7 +98,7 @@ def explain(books: Books, asked: Asked) -> Shortage:
     per_resource: dict[str, tuple[int, list[Hint] | None]] = {}
     for r, hints in device_hints(books, asked.devices).items():
         per_resource[r] = (asked.devices[r], None if hints is None else list(hints))
-    if asked.cpus and books.node.policies.cpu.value == "static":
+    if asked.cpus and books.node.policies.cpu is CpuPolicy.STATIC:
         per_resource[CPU] = (
             asked.cpus,
             cpu_hints(
@@ -103,7 +109,7 @@ def explain(books: Books, asked: Asked) -> Shortage:
                 align_by_socket=books.node.policies.align_by_socket,
             ),
         )
-    if asked.memory and books.node.policies.memory.value == "Static":
+    if asked.memory and books.node.policies.memory is MemoryPolicy.STATIC:
         mem = memory_hints(books, asked.memory)
         for r, q in asked.memory.items():
             per_resource[r] = (q, list(mem.get(r, [])))
