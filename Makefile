@@ -13,7 +13,11 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Helm, pinned (tools/install-helm.sh), for the chart's tests (deploy/helm, tests/helm).
 HELM   := .tools/bin/helm
 
-.PHONY: demo test test-fast lint fmt proto system-deps bench clean image dashboards rules dist helm
+# The GPU tier's slim virtual environment (tools/gpu-tier.sh --make-venv) and its report folder.
+GPU_VENV   := .venv-gpu
+GPU_REPORT ?= $(if $(OUT),$(OUT),gpu-report)
+
+.PHONY: demo test test-fast test-gpu gpu-venv lint fmt proto system-deps bench clean image dashboards rules dist helm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +53,17 @@ test: $(STAMP) $(CHECKOV_STAMP) $(HELM) system-deps
 ## under a minute on two
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -n auto -m "not slow and not prometheus and not e2e"
+
+## test-gpu: the GPU tier (tests/gpu) on the real NVIDIA driver, its report in GPU_REPORT
+## (default $$OUT, else gpu-report/); every test skips, with its reason, where no driver
+## answers. Needs no package registry: it runs from .venv-gpu (make gpu-venv), else .venv
+test-gpu:
+	tools/gpu-tier.sh $(GPU_REPORT)
+
+## gpu-venv: the slim virtual environment the GPU tier travels with (.venv-gpu: the runtime
+## dependencies, pytest and pytest-timeout, no pip); prints its size
+gpu-venv:
+	tools/gpu-tier.sh --make-venv $(GPU_VENV)
 
 ## lint: ruff, formatting, mypy --strict and the import layering contracts
 lint: $(STAMP)
@@ -114,4 +129,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache .coverage .coverage.* build dist src/*.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) $(GPU_VENV) gpu-report .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache .coverage .coverage.* build dist src/*.egg-info

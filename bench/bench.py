@@ -115,6 +115,8 @@ def host_settings(sock: Path, host: SimHost) -> Settings:
         path_procfs=str(host.procfs),
         path_pod_logs=str(host.pod_logs),
         path_container_logs=str(host.container_logs),
+        kubelet_config=str(host.kubelet_config),
+        kubelet_device_checkpoint=str(host.device_checkpoint),
     )
 
 

@@ -67,6 +67,8 @@ def main(argv: Sequence[str]) -> int:
         path_procfs=str(host.procfs),
         path_pod_logs=str(host.pod_logs),
         path_container_logs=str(host.container_logs),
+        kubelet_config=str(host.kubelet_config),
+        kubelet_device_checkpoint=str(host.device_checkpoint),
     )
     backend = NvmlBackend(host.nvml, slow_interval_s=settings.source_interval_gpu_slow_s)
     with process.stop_on_signals() as stop:

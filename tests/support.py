@@ -112,6 +112,8 @@ def exporter_settings(sim: SimKubelet, **overrides: Any) -> Settings:
             "--path.procfs": str(sim.host.procfs),  # type: ignore[attr-defined]
             "--path.pod-logs": str(sim.host.pod_logs),  # type: ignore[attr-defined]
             "--path.container-logs": str(sim.host.container_logs),  # type: ignore[attr-defined]
+            "--kubelet-config": str(sim.host.kubelet_config),  # type: ignore[attr-defined]
+            "--kubelet-device-checkpoint": str(sim.host.device_checkpoint),  # type: ignore[attr-defined]
             "--source-timeout": "2s",
         },
         {},

@@ -59,3 +59,51 @@ def test_wire_names_match_the_kubelet_contract() -> None:
     assert v1.ClaimResource.DESCRIPTOR.fields_by_name["share_id"].has_presence
     pref = {f.name: f.number for f in dp.ContainerPreferredAllocationRequest.DESCRIPTOR.fields}
     assert pref == {"available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
+
+
+def test_pods_api_wire_names_match_the_kubelet() -> None:
+    """The Pods API service, methods and the v1.Pod field numbers are the upstream ones."""
+    from podres_exporter._generated.k8s.api.core.v1 import pod_pb2
+    from podres_exporter._generated.podsapi.v1alpha1 import api_pb2 as pods
+
+    svc = pods.DESCRIPTOR.services_by_name["Pods"]
+    assert svc.full_name == "v1alpha1.Pods"
+    assert {m.name: m.server_streaming for m in svc.methods} == {
+        "WatchPods": True,
+        "ListPods": False,
+        "GetPod": False,
+    }
+    assert dict(pods.EventType.items()) == {
+        "UNSPECIFIED": 0,
+        "ADDED": 1,
+        "MODIFIED": 2,
+        "DELETED": 3,
+        "INITIAL_SYNC_COMPLETE": 4,
+    }
+    assert pods.GetPodRequest.DESCRIPTOR.fields_by_name["podUID"].number == 1
+
+    def numbers(message: object) -> dict[str, int]:
+        return {f.name: f.number for f in message.DESCRIPTOR.fields}  # type: ignore[attr-defined]
+
+    assert numbers(pod_pb2.Pod) == {"metadata": 1, "spec": 2, "status": 3}
+    assert numbers(pod_pb2.ObjectMeta) == {
+        "name": 1,
+        "namespace": 3,
+        "uid": 5,
+        "creationTimestamp": 8,
+        "labels": 11,
+        "ownerReferences": 13,
+    }
+    owner = {"kind": 1, "name": 3, "uid": 4, "apiVersion": 5, "controller": 6}
+    assert numbers(pod_pb2.OwnerReference) == owner
+    assert numbers(pod_pb2.PodSpec) == {"containers": 2, "nodeName": 10, "initContainers": 20}
+    assert numbers(pod_pb2.PodStatus) == {
+        "phase": 1,
+        "containerStatuses": 8,
+        "qosClass": 9,
+        "initContainerStatuses": 10,
+        "resourceClaimStatuses": 15,
+    }
+    assert numbers(pod_pb2.ContainerStatus) == {"name": 1, "allocatedResourcesStatus": 14}
+    assert numbers(pod_pb2.ResourceStatus) == {"name": 1, "resources": 2}
+    assert numbers(pod_pb2.ResourceHealth) == {"resourceID": 1, "health": 2}

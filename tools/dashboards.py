@@ -267,10 +267,54 @@ def fleet_board(multi_cluster: bool) -> Dashboard:
     )  # fmt: skip
     return Dashboard(
         UID_FLEET, "podres / Fleet",
-        "Every node's free, allocated and unhealthy devices and CPUs; links into the per-node "
-        "boards.",
-        (TAG,), variables(multi_cluster, RESOURCE_VAR), (overview, devices, nodes),
+        "Every node's free, allocated and unhealthy devices and CPUs; where each pod shape "
+        "fits; links into the per-node boards.",
+        (TAG,), variables(multi_cluster, RESOURCE_VAR), (overview, devices, nodes, fit_row()),
         links=dashboard_links(TAG, "podres boards"),
+    )  # fmt: skip
+
+
+def fit_row() -> Row:
+    """Where each pod shape of the rules' fit_shapes fits: the recording rules of
+    docs/rules.md ("Where a pod shape fits"), per node and for the selected nodes."""
+    admits = sel("node_shape:podres_shape_admittable_pods:sum")
+    totals = sel("node:podres_shape_fitting_pods_by_totals:min")
+    largest = sel("node_shape:podres_shape_fitting_pods:max")
+
+    def nodes_with(series: str) -> Query:
+        return Query(f"count by (shape) ({series} >= 1) or 0 * count by (shape) ({series})")
+
+    return Row(
+        "Where does a job fit",
+        (
+            table(
+                "Where does a 1-, 2-, 4-, 8-GPU job fit",
+                "For each pod shape the rules follow (fit_shapes: 1, 2, 4, 8 GPUs, CPUs, both): "
+                "on how many nodes does one more fit under their Topology Manager policy, how "
+                "many such pods they take, on how many nodes the totals say it fits (more: pods "
+                "refused with TopologyAffinityError), and the largest free block on one NUMA "
+                "node, in pods.",
+                nodes_with(admits),
+                Query(f"sum by (shape) ({admits})"),
+                nodes_with(totals),
+                Query(f"max by (shape) ({largest})"),
+                unit="none",
+                columns={"shape": "Shape", "Value #A": "Nodes that admit one",
+                         "Value #B": "Pods they admit", "Value #C": "Nodes whose totals fit",
+                         "Value #D": "Largest block (pods)"},
+                sort_by="Shape", width=12, height=10,
+            ),
+            table(
+                "Nodes that admit each shape",
+                "Which nodes admit a pod of which shape, and how many? Click a node to open "
+                "its boards.",
+                Query(f"{admits} >= 1"),
+                unit="none",
+                columns={"node": "Node", "shape": "Shape", "Value": "Pods it admits"},
+                column_links={"Node": NODE_LINKS},
+                sort_by="Pods it admits", sort_desc=True, width=12, height=10,
+            ),
+        ),
     )  # fmt: skip
 
 

@@ -48,10 +48,62 @@ class MixinConfig:
     # "false" leaves PodresTargetDown out of the alerts: kube-prometheus's own TargetDown says
     # the same of every job, and a Prometheus that runs it needs ours not.
     target_down_alert: str = "true"
+    # The pod shapes whose free blocks the recording rules follow and whose fragmentation the
+    # PodresShapeFragmented alert watches (tools/fit_rules.py, docs/rules.md): NAME=TERM[+TERM]
+    # joined by ",", each TERM a resource and the count one pod needs on one NUMA node
+    # (`cpu`: exclusive CPUs).
+    fit_shapes: str = (
+        "gpu1=nvidia.com/gpu:1,gpu2=nvidia.com/gpu:2,gpu4=nvidia.com/gpu:4,"
+        "gpu8=nvidia.com/gpu:8,cpu16=cpu:16,gpu4_cpu32=nvidia.com/gpu:4+cpu:32"
+    )
+
+    def shapes(self) -> list[Shape]:
+        """The parsed ``fit_shapes``."""
+        return parse_shapes(self.fit_shapes)
 
     def runbook(self, alert: str) -> str:
         """The runbook URL of ``alert``."""
         return self.runbook_url.format(anchor=alert.lower())
+
+
+CPU = "cpu"
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_RESOURCE = re.compile(r"[a-z0-9.-]+/[a-zA-Z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One pod shape: its name, devices per resource and exclusive CPUs, on one NUMA node."""
+
+    name: str
+    devices: tuple[tuple[str, int], ...]
+    cpus: int
+
+
+def parse_shapes(text: str) -> list[Shape]:
+    """``name=resource:count+cpu:count,...``; ValueError saying what is wrong."""
+    shapes: list[Shape] = []
+    for item in text.split(","):
+        name, sep, spec = item.strip().partition("=")
+        if not sep or not _NAME.fullmatch(name):
+            raise ValueError(f"{item.strip()!r}: expected NAME=RESOURCE:COUNT[+...]")
+        devices: list[tuple[str, int]] = []
+        cpus = 0
+        for term in spec.split("+"):
+            resource, sep, count = term.strip().rpartition(":")
+            if not sep or not count.isdigit() or int(count) < 1:
+                raise ValueError(f"{name}: {term.strip()!r}: expected RESOURCE:COUNT, COUNT >= 1")
+            if resource == CPU and not cpus:
+                cpus = int(count)
+            elif _RESOURCE.fullmatch(resource) and resource not in dict(devices):
+                devices.append((resource, int(count)))
+            else:
+                raise ValueError(f"{name}: {resource!r}: expected cpu or a domain/name resource")
+        shapes.append(Shape(name, tuple(devices), cpus))
+    names = [s.name for s in shapes]
+    if len(set(names)) != len(names):
+        raise ValueError("a shape name is used twice")
+    return shapes
 
 
 class ConfigFileError(ValueError):
@@ -68,6 +120,11 @@ def _check_value(path: Path, key: str, value: str) -> None:
     """Refuse a value the generators would turn into broken rules or boards."""
     if key in _LABEL_NAMES and not _LABEL_NAME.fullmatch(value):
         raise ConfigFileError(f"{path}: key {key!r} must be a label name, not {value!r}")
+    if key == "fit_shapes":
+        try:
+            parse_shapes(value)
+        except ValueError as exc:
+            raise ConfigFileError(f"{path}: key {key!r}: {exc}") from None
     if key in _CHOICES and value not in _CHOICES[key]:
         choices = " or ".join(repr(choice) for choice in _CHOICES[key])
         raise ConfigFileError(f"{path}: key {key!r} must be {choices}, not {value!r}")

@@ -30,6 +30,8 @@ Prometheus's own and left alone):
     series of the exporter the node it runs on, whatever the scrape set-up;
 ``$recording_interval``
     the recording group's interval;
+``$fit_recording_rules``, ``$fit_fragmented_expr``
+    the rules and the alert expression of the pod shapes ``fit_shapes`` (tools/fit_rules.py);
 ``$runbook_url``
     in an alert, the URL of that alert's runbook.
 
@@ -46,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fit_rules import fragmented_expr, recording_rules
 from mixin_config import ConfigFileError, MixinConfig, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,16 +123,20 @@ def settings(config: MixinConfig) -> dict[str, str]:
     node_info = f"podres_node_info{{{config.exporter_selector}}}"
     if config.node_label != "node":
         node_info = f'label_replace({node_info}, "{config.node_label}", "$1", "node", "(.*)")'
+    node_join = (
+        f"* on ({config.cluster_label}, job, instance) group_left ({config.node_label}) {node_info}"
+    )
+    cluster, node, selector = config.cluster_label, config.node_label, config.exporter_selector
+    shapes = config.shapes()
     return {
-        "cluster": config.cluster_label,
-        "node": config.node_label,
-        "exporter_selector": config.exporter_selector,
+        "cluster": cluster,
+        "node": node,
+        "exporter_selector": selector,
         "plugin_selector": config.plugin_selector,
         "recording_interval": config.recording_interval,
-        "node_join": (
-            f"* on ({config.cluster_label}, job, instance) group_left ({config.node_label})"
-            f" {node_info}"
-        ),
+        "node_join": node_join,
+        "fit_recording_rules": recording_rules(shapes, cluster, node, node_join, selector),
+        "fit_fragmented_expr": fragmented_expr(shapes, cluster, selector),
     }
 
 

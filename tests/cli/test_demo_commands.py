@@ -143,6 +143,9 @@ def test_the_printed_snapshot_command_agrees_with_metrics(demo: Demo, tmp_path: 
         dict(k)["uuid"]: int(v) for k, v in select(metrics, "podres_gpu_memory_total_bytes").items()
     }
     assert len(gpus) == len(select(metrics, "podres_gpu_info"))
+    # The kubelet's own files of the simulated node, read as the exporter reads them.
+    assert telemetry["sources"]["kubelet_config"]["ok"] is True
+    assert telemetry["sources"]["device_checkpoint"]["ok"] is True
     # Exclusive CPUs move with the pods: the next readings agree.
     wait_until(
         lambda: (
@@ -170,7 +173,14 @@ def test_the_printed_command_names_the_podres_being_run(demo: Demo) -> None:
     command = demo.snapshot.split(" ", 1)[1]  # after PYTHONPATH=...
     assert command.startswith(" ".join(_podres()) + " snapshot ")
     assert os.path.isabs(command.split()[0])
-    for flag in ("--kubelet-socket", "--path.sysfs", "--path.procfs", "--path.pod-logs"):
+    for flag in (
+        "--kubelet-socket",
+        "--path.sysfs",
+        "--path.procfs",
+        "--path.pod-logs",
+        "--kubelet-config",
+        "--kubelet-device-checkpoint",
+    ):
         assert f" {flag} " in command
 
 

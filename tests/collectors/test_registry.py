@@ -52,6 +52,7 @@ def test_the_registry_names_order_and_defaults() -> None:
         "drm",
         "cpu_usage",
         "placement",
+        "kubelet_policy",
     ]
     assert all(c.default_enabled for c in ALL)
 
@@ -91,10 +92,12 @@ def test_sources_follow_the_enabled_collectors() -> None:
 
     settings = build({}, {})
     backend = NvmlBackend(FakeNvml())
-    assert set(build_sources(settings, select({}), backend)) == {"gpu", "sysfs", "cpu"}
+    files = {"kubelet_config", "device_checkpoint"}
+    assert set(build_sources(settings, select({}), backend)) == {"gpu", "sysfs", "cpu", *files}
     off = {"gpu": False, "pci": False, "net": False, "infiniband": False, "drm": False}
-    assert set(build_sources(settings, select(off), backend)) == {"cpu"}
-    assert set(build_sources(settings, select({"cpu_usage": False}), None)) == {"sysfs"}
+    assert set(build_sources(settings, select(off), backend)) == {"cpu", *files}
+    no_files = {"cpu_usage": False, "kubelet_policy": False}
+    assert set(build_sources(settings, select(no_files), None)) == {"sysfs"}
     backend.close()
 
 

@@ -416,3 +416,17 @@ def test_a_wrong_config_file_exits_2_naming_file_and_key(
     assert err.startswith("podres export: error: ")
     assert str(cfg) in err and names in err
     assert "Traceback" not in err
+
+
+def test_the_kubelets_files_default_to_its_root_directory() -> None:
+    """Unset, --kubelet-config and --kubelet-device-checkpoint are in the directory that
+    holds the socket's directory; set, they are what was given."""
+    s = build({"--kubelet-socket": "/var/snap/k/kubelet/pod-resources/kubelet.sock"}, {})
+    assert s.kubelet_config_path == "/var/snap/k/kubelet/config.yaml"
+    assert s.kubelet_device_checkpoint_path == (
+        "/var/snap/k/kubelet/device-plugins/kubelet_internal_checkpoint"
+    )
+    given = build({"--kubelet-config": "/etc/k/c.json"}, {"PODRES_KUBELET_DEVICE_CHECKPOINT": "/x"})
+    assert given.kubelet_config_path == "/etc/k/c.json"
+    assert given.kubelet_device_checkpoint_path == "/x"
+    assert build({}, {}).kubelet_config_path == "/var/lib/kubelet/config.yaml"

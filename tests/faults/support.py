@@ -199,6 +199,8 @@ def exporter_flags(sim: SimKubelet, **flags: str) -> list[str]:
         "path.procfs": str(host.procfs),
         "path.pod-logs": str(host.pod_logs),
         "path.container-logs": str(host.container_logs),
+        "kubelet-config": str(host.kubelet_config),
+        "kubelet-device-checkpoint": str(host.device_checkpoint),
         "log-format": "json",
     }
     values.update({k.replace("_", "-"): v for k, v in flags.items()})

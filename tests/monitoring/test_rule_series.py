@@ -26,7 +26,12 @@ _VF_LINK = (
     "the demo's held PCI functions are SR-IOV VFs, which report no link of their own (sysfs "
     "reads Unknown and 0, as a real VF's does)"
 )
+_STRICT = 'topology_manager_policy=~"restricted|single-numa-node"'
 NOT_ON_THE_DEMO = {
+    f"podres_kubelet_config_info{{{_EXPORTER},{_STRICT}}}": (
+        "the demo's kubelet runs no Topology Manager policy (`none`, the kubelet's default; a "
+        "pod of it pins memory on both NUMA nodes)"
+    ),
     'podres_kubelet_requests_total{code="RESOURCE_EXHAUSTED"}': (
         "the simulated kubelet's rate limit is far above what one exporter polling every 10 s "
         "asks, so no call is rejected"

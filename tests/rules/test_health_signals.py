@@ -40,6 +40,9 @@ NO_ALERT = {
     "podres_source_up": "a failed read leaves the source stale: PodresTelemetrySourceStale",
     "podres_source_last_success_timestamp_seconds": "the same, as a time",
     "podres_nvml_available": "0 on a node without an NVIDIA driver: no data, not a fault",
+    "podres_kubelet_config_up": "0 where the kubelet's configuration file is not mounted "
+    "(a deployment's choice): no data, not a fault; a file that turns unreadable leaves its "
+    "source stale: PodresTelemetrySourceStale",
     "podres_net_up": "the operational state follows the carrier: PodresNICNoCarrier",
     "podres_net_receive_errors_total": "error rates depend on the traffic: no threshold fits "
     "every workload; the boards show them",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.rules.test_rules import load_generator, run_promtool
+from tests.rules.test_rules import WITHOUT_NODE, load_generator, run_promtool
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "rules.py"
@@ -48,6 +48,11 @@ def run_tool(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def rules_of(path: Path) -> list[dict[str, Any]]:
     groups = yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]
     return [rule for group in groups for rule in group["rules"]]
+
+
+def _key(rule: dict[str, Any]) -> str:
+    """A rule's identity: its alert, or its record with its own labels (one record per shape)."""
+    return rule.get("alert") or f"{rule['record']}{sorted((rule.get('labels') or {}).items())}"
 
 
 def clause_labels(expr: str) -> list[str]:
@@ -92,10 +97,10 @@ def test_every_expression_uses_the_custom_label_names(custom: Path) -> None:
     """No clause names `cluster` or `node`; each one the defaults name is renamed, none lost."""
     default = REPO / "deploy" / "prometheus"
     for name in ("podres-alerts.yaml", "podres-recording.yaml"):
-        before = {r.get("alert") or r["record"]: r for r in rules_of(default / name)}
+        before = {_key(r): r for r in rules_of(default / name)}
         after = rules_of(custom / name)
         for rule in after:
-            key = rule.get("alert") or rule["record"]
+            key = _key(rule)
             labels, old = clause_labels(rule["expr"]), clause_labels(before[key]["expr"])
             assert not {"cluster", "node"} & set(labels), (key, rule["expr"])
             assert labels.count("k8s_cluster") == old.count("cluster"), key
@@ -118,7 +123,7 @@ def test_every_selector_and_runbook_is_the_custom_one(custom: Path) -> None:
         url = rule["annotations"]["runbook_url"]
         assert url == f"https://wiki.example.com/runbooks/podres#{rule['alert'].lower()}"
         assert "{{ $labels.kubernetes_node }}" in rule["annotations"]["summary"] or (
-            rule["alert"] == "PodresExporterAbsent"
+            rule["alert"] in WITHOUT_NODE
         )
     reads = {r["alert"]: r["expr"].count(CUSTOM["exporter_selector"]) for r in custom_rules}
     before = {r["alert"]: r["expr"].count(DEFAULT_SELECTORS[0]) for r in rules_of(default)}
@@ -223,6 +228,10 @@ def test_committed_files_are_the_defaults_output() -> None:
         ({"target_down_alert": "no"}, "key 'target_down_alert' must be 'true' or 'false'"),
         ({"cluster_label": "k8s-cluster"}, "key 'cluster_label' must be a label name"),
         ({"node_label": 3}, "key 'node_label' must be a non-empty string"),
+        ({"fit_shapes": "gpu=nvidia.com/gpu:0"}, "key 'fit_shapes': gpu: 'nvidia.com/gpu:0'"),
+        ({"fit_shapes": "a=cpu:1,a=cpu:2"}, "key 'fit_shapes': a shape name is used twice"),
+        ({"fit_shapes": "Big=cpu:1"}, "key 'fit_shapes': 'Big=cpu:1': expected NAME="),
+        ({"fit_shapes": "x=gpu:1"}, "key 'fit_shapes': x: 'gpu': expected cpu or a domain/name"),
     ],
 )
 def test_a_bad_settings_file_exits_2_naming_file_and_key(
@@ -288,3 +297,25 @@ def test_dropping_an_alert_takes_its_comment_and_nothing_else() -> None:
     )
     with pytest.raises(rules.SourceError, match="alert D is not in the rules once"):
         rules.drop_alert(text, "D")
+
+
+def test_shapes_of_the_settings_become_rules_and_the_alert(tmp_path: Path) -> None:
+    """Each shape of ``fit_shapes`` gets its two recording rules and a part of the alert;
+    the default shapes are no more."""
+    config = tmp_path / "labels.json"
+    config.write_text(json.dumps({"fit_shapes": "vf2_cpu4=intel.com/sriov:2+cpu:4"}))
+    result = run_tool("--config", config, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    recording = rules_of(tmp_path / "out" / "podres-recording.yaml")
+    shaped = [r for r in recording if (r.get("labels") or {}).get("shape")]
+    assert {(r["record"], r["labels"]["shape"]) for r in shaped} == {
+        ("node_numa:podres_shape_fitting_pods:min", "vf2_cpu4"),
+        ("node:podres_shape_fitting_pods_by_totals:min", "vf2_cpu4"),
+    }
+    assert all('resource="intel.com/sriov"' in r["expr"] and "/ 4)" in r["expr"] for r in shaped)
+    (alert,) = (
+        r
+        for r in rules_of(tmp_path / "out" / "podres-alerts.yaml")
+        if r["alert"] == "PodresShapeFragmented"
+    )
+    assert '"shape", "vf2_cpu4"' in alert["expr"] and "gpu4" not in alert["expr"]

@@ -28,6 +28,7 @@ LEVEL_LABELS = {
     "namespace": "namespace",
     "resource": "resource",
     "memory_type": "memory_type",
+    "shape": "shape",
 }
 _OUTER_BY = re.compile(r"^\s*(?:sum|max|min|avg|count)\s+by\s*\(([^)]*)\)")
 

@@ -32,8 +32,9 @@ RECORDING_TESTS = sorted((HERE / "recording").glob("*.test.yaml"))
 
 SEVERITIES = {"critical", "warning", "info"}
 ANNOTATIONS = {"summary", "description", "runbook_url"}
-# absent() keeps no label of what it looks for: the one alert that cannot name a node.
-WITHOUT_NODE = {"PodresExporterAbsent"}
+# absent() keeps no label of what it looks for: it cannot name a node. A shape that no node
+# admits is the fleet's: it names the cluster and the shape.
+WITHOUT_NODE = {"PodresExporterAbsent", "PodresShapeFragmented"}
 RUNBOOK_SECTIONS = ("Meaning", "Impact", "Diagnosis", "Mitigation")
 # Matching within one target needs no node: a target is one node's agent. This is how
 # `* on (cluster, job, instance) group_left (node) podres_node_info` gives a series its node.
@@ -137,8 +138,10 @@ def _load_tool(name: str, module_name: str) -> ModuleType:
 
 
 def load_generator() -> ModuleType:
-    """tools/rules.py, with tools/mixin_config.py, which it imports as a sibling module."""
+    """tools/rules.py, with tools/mixin_config.py and tools/fit_rules.py, which it imports
+    as sibling modules."""
     _load_tool("mixin_config", "mixin_config")
+    _load_tool("fit_rules", "fit_rules")
     return _load_tool("rules", "podres_rules_tool")
 
 

@@ -36,6 +36,7 @@ from podres_exporter.exporter.settings import (
     BY_FLAG,
     COLLECTOR_SWITCHES,
     CONFIG,
+    KUBELET_FILES,
     OPTIONS,
     Settings,
     build,
@@ -47,7 +48,7 @@ SNAPSHOT_OPTIONS: tuple[Option, ...] = (
     KUBELET_SOCKET, BY_FLAG["--kubelet-max-message-size"], BY_FLAG["--kubelet-timeout"],
     PATH_SYSFS, PATH_PROCFS, BY_FLAG["--path.pod-logs"], BY_FLAG["--path.container-logs"],
     BY_FLAG["--source-timeout"], BY_FLAG["--gpu-resources"], *ANSWER_LIMITS, LOG_LEVEL,
-    LOG_FORMAT,
+    LOG_FORMAT, *KUBELET_FILES,
 )  # fmt: skip
 """The exporter's options that ``podres snapshot`` takes: the reading, not the serving."""
 

@@ -116,6 +116,8 @@ def snapshot_command(settings: Settings, nvml_dir: Path) -> str:
         "--path.procfs", settings.path_procfs,
         "--path.pod-logs", settings.path_pod_logs,
         "--path.container-logs", settings.path_container_logs,
+        "--kubelet-config", settings.kubelet_config_path,
+        "--kubelet-device-checkpoint", settings.kubelet_device_checkpoint_path,
     ]  # fmt: skip
     return f"PYTHONPATH={shlex.quote(str(nvml_dir))} {shlex.join(args)}"
 
@@ -184,6 +186,8 @@ def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
             path_procfs=str(host.procfs),
             path_pod_logs=str(host.pod_logs),
             path_container_logs=str(host.container_logs),
+            kubelet_config=str(host.kubelet_config),
+            kubelet_device_checkpoint=str(host.device_checkpoint),
             node_name=sc.name,  # the simulated node's, as a kubelet's would be its node's
         )
         exporter = Exporter(node_settings, gpu_backend=host.gpu_backend())

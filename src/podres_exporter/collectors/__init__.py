@@ -26,6 +26,7 @@ from podres_exporter.collectors import (
     gpu,
     infiniband,
     kubelet,
+    kubelet_policy,
     memory,
     net,
     pci,
@@ -51,6 +52,7 @@ ALL: tuple[Collector, ...] = (
     drm.COLLECTOR,
     cpu_usage.COLLECTOR,
     placement.COLLECTOR,
+    kubelet_policy.COLLECTOR,
 )
 BY_NAME: Mapping[str, Collector] = {c.name: c for c in ALL}
 

@@ -198,10 +198,22 @@ so nothing is read (the accounting never consults it then)."""
 
 @dataclass(frozen=True, slots=True)
 class NodeTopology:
-    """CPUs of the node and their NUMA nodes, read from sysfs."""
+    """CPUs of the node and their NUMA nodes, read from sysfs.
+
+    ``thread_siblings``: each online CPU's SMT siblings on its physical core, itself
+    included (``thread_siblings_list``); empty where sysfs does not say.
+    ``numa_distances``: each NUMA node's distance to every node, in node order
+    (``node<N>/distance``); empty where sysfs does not say.
+    """
 
     online_cpus: frozenset[int]
     cpu_to_numa: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    thread_siblings: Mapping[int, frozenset[int]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    numa_distances: Mapping[int, Mapping[int, int]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def numa_of(self, cpu: int) -> int | None:
         """The NUMA node of ``cpu``, or None for a CPU the node does not know."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from podres_exporter.core.kubeletfiles import DeviceCheckpoint, KubeletConfig
 from podres_exporter.core.model import Holder
 
 
@@ -269,4 +270,7 @@ class Telemetry:
     cpu_times: CpuTimes | None = None
     pid_cgroups: Mapping[int, CgroupRef] = field(default_factory=lambda: MappingProxyType({}))
     containers: ContainerIndex | None = None
+    # The kubelet's own files (sources/kubeletconfig.py, sources/devicecheckpoint.py).
+    kubelet_config: KubeletConfig | None = None
+    device_checkpoint: DeviceCheckpoint | None = None
     sources: Mapping[str, SourceStatus] = field(default_factory=lambda: MappingProxyType({}))

@@ -6,6 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from podres_exporter.core.accounting import Accounting, account
+from podres_exporter.core.accounting.registered import (
+    RegisteredDevices,
+    hardware_numa,
+    registered_devices,
+)
 from podres_exporter.core.ids import DEFAULT_GPU_RESOURCES
 from podres_exporter.core.join import Joined, join
 from podres_exporter.core.model import (
@@ -53,6 +58,9 @@ class NodeView:
     snapshot: Snapshot
     accounting: Accounting | None
     joined: Joined | None = None
+    # Every device the kubelet registered (its checkpoint), placed on NUMA nodes; None
+    # while the checkpoint has not been read.
+    registered: RegisteredDevices | None = None
 
     @classmethod
     def of(
@@ -91,6 +99,7 @@ class NodeView:
                 acc = account(reading, snapshot.topology, snapshot.liveness)
         if snapshot.telemetry is None:
             return cls(snapshot, acc)
+        registered = _registered(snapshot, previous)
         # Without any kubelet reading yet, devices still flow, with no holders.
         basis = reading or KubeletReading(
             ApiVersion.V1, (), None, Support.UNKNOWN, snapshot.taken_at
@@ -107,7 +116,43 @@ class NodeView:
             before=previous.joined if previous is not None else None,
             unchanged=unchanged,
         )
-        return cls(snapshot, acc, joined)
+        return cls(snapshot, acc, joined, registered)
+
+
+def _registered(snapshot: Snapshot, previous: NodeView | None) -> RegisteredDevices | None:
+    """The registered devices of the snapshot's checkpoint, placed by its reading and by
+    what the previous view knew; the previous view's own while the checkpoint and the
+    kubelet's state are the same and the hardware could place nothing more (it places only
+    the devices nothing else does: none, or the same telemetry)."""
+    telemetry = snapshot.telemetry
+    if telemetry is None or telemetry.device_checkpoint is None:
+        return None
+    checkpoint = telemetry.device_checkpoint
+    before = previous.registered if previous is not None else None
+    last = previous.snapshot if previous is not None else None
+    if (
+        before is not None
+        and last is not None
+        and last.telemetry is not None
+        and last.telemetry.device_checkpoint is checkpoint
+        and _same_reading(last.reading, snapshot.reading)
+        and (
+            before.all_placed
+            or (
+                last.telemetry.devices is telemetry.devices
+                and last.telemetry.gpus is telemetry.gpus
+            )
+        )
+    ):
+        return before
+    return registered_devices(checkpoint, snapshot.reading, before, hardware_numa(telemetry))
+
+
+def _same_reading(a: KubeletReading | None, b: KubeletReading | None) -> bool:
+    """Whether two optional readings hold the same state (:func:`same_state`)."""
+    if a is None or b is None:
+        return a is b
+    return same_state(a, b)
 
 
 def same_state(a: KubeletReading, b: KubeletReading) -> bool:

@@ -48,8 +48,10 @@ from podres_exporter.core.telemetry import SourceStatus, Telemetry
 from podres_exporter.core.view import NodeView, Snapshot
 from podres_exporter.exporter.settings import Settings
 from podres_exporter.sources.cputopology import TopologyCache, read_topology
+from podres_exporter.sources.devicecheckpoint import device_checkpoint_reader
 from podres_exporter.sources.gpu import GpuBackend, open_nvml_backend
 from podres_exporter.sources.kubelet import KubeletClient
+from podres_exporter.sources.kubeletconfig import kubelet_config_reader
 from podres_exporter.sources.liveness import read_liveness
 from podres_exporter.sources.procfs import ContainerIndexCache, read_cpu_times, read_pid_cgroups
 from podres_exporter.sources.sysfs import StaticCache, read_devices
@@ -286,6 +288,20 @@ def build_sources(
     if "cpu" in needed:
         procfs = settings.path_procfs
         sources["cpu"] = lambda: {"cpu_times": read_cpu_times(procfs)}
+    sources.update(kubelet_file_sources(settings, needed))
+    return sources
+
+
+def kubelet_file_sources(settings: Settings, needed: frozenset[str]) -> dict[str, TelemetrySource]:
+    """The kubelet's own files as sources: its configuration and its device checkpoint,
+    each kept while unchanged, its last good value served when it cannot be read."""
+    sources: dict[str, TelemetrySource] = {}
+    if "kubelet_config" in needed:
+        config = kubelet_config_reader(settings.kubelet_config_path)
+        sources["kubelet_config"] = lambda: {"kubelet_config": config.read()}
+    if "device_checkpoint" in needed:
+        checkpoint = device_checkpoint_reader(settings.kubelet_device_checkpoint_path)
+        sources["device_checkpoint"] = lambda: {"device_checkpoint": checkpoint.read()}
     return sources
 
 

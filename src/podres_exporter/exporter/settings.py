@@ -16,6 +16,7 @@ a lower one too, below which the exporter would only load the kubelet or fail it
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,6 +175,31 @@ OPTIONS: tuple[Option, ...] = (
     LOG_LEVEL,
     LOG_FORMAT,
 )  # fmt: skip
+
+# ---- the kubelet's own files: the facts it admits pods with (collector kubelet_policy)
+KUBELET_FILES: tuple[Option, ...] = (
+    Option("--kubelet-config", "kubelet_config", parse_path, None,
+           "The kubelet's configuration file (its --config; YAML or JSON), read for the "
+           "policies it admits pods with (podres_kubelet_config_info). Only the file: flags "
+           "the kubelet was started with that override it are not seen.",
+           fallback="config.yaml in the kubelet's root directory, the one that holds "
+                    "--kubelet-socket's directory (/var/lib/kubelet/config.yaml)"),
+    Option("--kubelet-device-checkpoint", "kubelet_device_checkpoint", parse_path, None,
+           "The kubelet's device-manager checkpoint (JSON, read-only): every device "
+           "registered per resource, healthy or not (podres_node_registered_devices).",
+           fallback="device-plugins/kubelet_internal_checkpoint in the kubelet's root "
+                    "directory, as for --kubelet-config"),
+)  # fmt: skip
+OPTIONS = (*OPTIONS, *KUBELET_FILES)
+
+
+def kubelet_root(socket: str) -> str:
+    """The kubelet's root directory: the one that holds the pod-resources socket's
+    directory (``/var/lib/kubelet`` for ``/var/lib/kubelet/pod-resources/kubelet.sock``)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(socket)))
+
+
+# ---- end of the kubelet's own files
 BY_FLAG = {o.flag: o for o in OPTIONS}
 
 CONFIG = Option(
@@ -238,6 +264,21 @@ class Settings:
     build: BuildInfo = field(default_factory=lambda: BuildInfo(__version__))
     # --collector.NAME switches given (name -> on/off); the others keep their default.
     collector_overrides: Mapping[str, bool] = field(default_factory=dict)
+    # ---- the kubelet's own files (KUBELET_FILES); None: in the kubelet's root directory
+    kubelet_config: str | None = None
+    kubelet_device_checkpoint: str | None = None
+
+    @property
+    def kubelet_config_path(self) -> str:
+        """--kubelet-config, else ``config.yaml`` in the kubelet's root directory."""
+        return self.kubelet_config or os.path.join(kubelet_root(self.kubelet_socket), "config.yaml")
+
+    @property
+    def kubelet_device_checkpoint_path(self) -> str:
+        """--kubelet-device-checkpoint, else the device manager's in the kubelet's root."""
+        return self.kubelet_device_checkpoint or os.path.join(
+            kubelet_root(self.kubelet_socket), "device-plugins", "kubelet_internal_checkpoint"
+        )
 
     @property
     def answer_limits(self) -> AnswerLimits:

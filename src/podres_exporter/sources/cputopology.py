@@ -1,5 +1,10 @@
 """The node's CPU topology, read from sysfs under a configurable root (``--path.sysfs``):
-the online CPUs and the NUMA node of each.
+the online CPUs and the NUMA node of each, each CPU's SMT siblings
+(``cpu<N>/topology/thread_siblings_list``) and the NUMA distances (``node<N>/distance``).
+
+The siblings and the distances are facts beside the CPU map, not part of it: a file of
+theirs that is missing or unreadable leaves that CPU's siblings, or that node's
+distances, unknown (not in the topology) and fails nothing.
 
 A poller passes a :class:`TopologyCache`: the per-node CPU lists change only when a CPU
 goes on or offline (which changes ``online``) or a node appears or goes, so while
@@ -96,7 +101,61 @@ def read_topology(
             mapping[cpu] = int(match.group(1))
     if not mapping:
         mapping = dict.fromkeys(online, 0)
-    topology = NodeTopology(online_cpus=online, cpu_to_numa=MappingProxyType(mapping))
+    topology = NodeTopology(
+        online_cpus=online,
+        cpu_to_numa=MappingProxyType(mapping),
+        thread_siblings=_thread_siblings(root, online, read_text),
+        numa_distances=_numa_distances(node_root, names, read_text),
+    )
     if cache is not None:
         cache.key, cache.topology = key, topology
     return topology
+
+
+def _optional(path: Path, read_text: Callable[[Path], str]) -> str | None:
+    """The text of ``path``, or None when it cannot be read."""
+    try:
+        return read_text(path)
+    except OSError:
+        return None
+
+
+def _thread_siblings(
+    root: Path, online: frozenset[int], read_text: Callable[[Path], str]
+) -> MappingProxyType[int, frozenset[int]]:
+    """Each online CPU's SMT siblings on its physical core, itself included; a CPU whose
+    ``thread_siblings_list`` cannot be read or parsed is left out."""
+    siblings: dict[int, frozenset[int]] = {}
+    for cpu in sorted(online):
+        text = _optional(
+            root / f"devices/system/cpu/cpu{cpu}/topology/thread_siblings_list", read_text
+        )
+        if text is None:
+            continue
+        try:
+            found = parse_cpulist(text)
+        except ValueError:
+            continue
+        siblings[cpu] = found | {cpu}
+    return MappingProxyType(siblings)
+
+
+def _numa_distances(
+    node_root: Path, names: tuple[str, ...], read_text: Callable[[Path], str]
+) -> MappingProxyType[int, MappingProxyType[int, int]]:
+    """Each NUMA node's distance to every node: ``node<N>/distance`` lists one number per
+    online node, in node order. A node whose file cannot be read, or lists another count
+    of numbers than there are nodes, is left out."""
+    nodes = sorted(int(m.group(1)) for n in names if (m := _NODE_DIR.match(n)))
+    distances: dict[int, MappingProxyType[int, int]] = {}
+    for node in nodes:
+        text = _optional(node_root / f"node{node}" / "distance", read_text)
+        if text is None:
+            continue
+        try:
+            values = [int(v) for v in text.split()]
+        except ValueError:
+            continue
+        if len(values) == len(nodes):
+            distances[node] = MappingProxyType(dict(zip(nodes, values, strict=True)))
+    return MappingProxyType(distances)

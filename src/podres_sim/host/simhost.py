@@ -10,7 +10,9 @@ For the demo and the tests, everything the exporter reads besides the kubelet:
   ``sys/fs/cgroup/kubepods.slice`` for every running pod: a finished pod keeps its log
   directory and loses its cgroup, as on a real node;
 - a fake NVML (:class:`~podres_sim.nvml.fake.FakeNvml`) with the
-  scenario's GPUs and MIG devices, each running processes of its holders.
+  scenario's GPUs and MIG devices, each running processes of its holders;
+- the kubelet's own files under ``kubelet/`` (:mod:`podres_sim.host.kubeletfiles`): its
+  configuration and its device-manager checkpoint, which follows the pods.
 
 :meth:`SimHost.refresh` follows the simulated kubelet's pods (churn included) and
 advances the counters; the demo calls it every second.
@@ -33,6 +35,7 @@ from podres_exporter.sources.gpu import NvmlBackend
 from podres_sim.host.counters import bump_counters
 from podres_sim.host.devtree import interface_name, write_device_tree
 from podres_sim.host.hardware import NetStats, NicPf, NicVf
+from podres_sim.host.kubeletfiles import write_device_checkpoint, write_kubelet_config
 from podres_sim.host.layout import devices_for_scenario
 from podres_sim.host.topology import write_sysfs
 from podres_sim.kubelet import PodState, SimKubelet
@@ -81,6 +84,17 @@ def scenario_nvml(scenario: Scenario, *, clock: Callable[[], float] | None = Non
     return nvml
 
 
+def _registered_devices(scenario: Scenario, plugin_hardware: list[NicPf]) -> dict[str, list[str]]:
+    """Every device the kubelet registers: the scenario's (healthy or not) and the VFs the
+    device plugin advertises for each of its resources."""
+    registered: dict[str, list[str]] = defaultdict(list)
+    for d in scenario.node.devices:
+        registered[d.resource].append(d.id)
+    for resource, pf in zip(scenario.plugin_resources, plugin_hardware, strict=False):
+        registered[resource].extend(vf.address for vf in pf.vfs)
+    return dict(registered)
+
+
 class SimHost:
     """Host files and a fake NVML for the node of ``sim``, under ``root``."""
 
@@ -98,10 +112,17 @@ class SimHost:
         self.procfs = self.root / "proc"
         self.pod_logs = self.root / "log" / "pods"
         self.container_logs = self.root / "log" / "containers"
+        self.kubelet_config = self.root / "kubelet" / "config.yaml"
+        self.device_checkpoint = (
+            self.root / "kubelet" / "device-plugins" / "kubelet_internal_checkpoint"
+        )
         scenario = sim.scenario
         self._rng = random.Random(scenario.seed if seed is None else seed)
         write_sysfs(scenario.node, self.sysfs)
-        write_device_tree(self.sysfs, [*devices_for_scenario(scenario), *self._plugin_hardware()])
+        plugin_hardware = self._plugin_hardware()
+        write_device_tree(self.sysfs, [*devices_for_scenario(scenario), *plugin_hardware])
+        write_kubelet_config(scenario, self.kubelet_config)
+        self._registered = _registered_devices(scenario, plugin_hardware)
         self.nvml = scenario_nvml(scenario, clock=clock)
         self._busy = dict.fromkeys(scenario.node.online_cpus, 0.0)
         self._total = dict.fromkeys(scenario.node.online_cpus, 0.0)
@@ -167,6 +188,7 @@ class SimHost:
             self._write_cgroups(pods)
             self._write_stat(pods, seconds)
             self._write_gpu_processes(pods)
+            write_device_checkpoint(self.device_checkpoint, self._registered, pods, pod_uid)
             if seconds > 0:
                 bump_counters(self.sysfs, self._rng, seconds=seconds)
 

@@ -6,7 +6,12 @@ kernel's formats (range lists such as ``0-23,48-71`` followed by a newline)::
     <root>/devices/system/cpu/{possible,present,online,offline}
     <root>/devices/system/cpu/cpu<N>/online          (N > 0, "1" or "0")
     <root>/devices/system/node/{possible,online,has_cpu}
+    <root>/devices/system/cpu/cpu<N>/topology/thread_siblings_list   (online CPUs)
     <root>/devices/system/node/node<N>/cpulist
+    <root>/devices/system/node/node<N>/distance      (10 to itself, 21 to the others)
+
+A physical core is ``threads_per_core`` consecutive CPUs of a NUMA node's list; its
+online CPUs are each one's siblings.
 
 An offline CPU is listed in ``possible``, ``present`` and ``offline`` only: the
 kernel drops it from ``online`` and from its NUMA node's ``cpulist``.
@@ -21,6 +26,8 @@ from podres_exporter.core.cpulist import format_cpulist as format_cpu_list
 from podres_sim.scenario import NodeSpec, Scenario
 
 __all__ = ["write_sysfs"]
+
+_LOCAL, _REMOTE = 10, 21  # the kernel's distance to its own node, and a typical remote one
 
 
 def _write(path: Path, text: str) -> None:
@@ -65,4 +72,14 @@ def write_sysfs(
             node_dir / f"node{n}" / "cpulist",
             format_cpu_list(c for c in node_cpus if c not in offline),
         )
+        distances = (_LOCAL if m == n else _REMOTE for m in all_nodes)
+        _write(node_dir / f"node{n}" / "distance", " ".join(map(str, distances)))
+        threads = spec.threads_per_core
+        for at in range(0, len(node_cpus), threads):
+            core = [c for c in node_cpus[at : at + threads] if c not in offline]
+            for cpu in core:
+                _write(
+                    cpu_dir / f"cpu{cpu}" / "topology" / "thread_siblings_list",
+                    format_cpu_list(core),
+                )
     return root

@@ -4,7 +4,11 @@
 allocatable CPUs per NUMA node, the free healthy devices per resource and NUMA
 placement, the free pinnable memory per NUMA node and type, and the admitted pods.
 
-Admitting a pod allocates the way the kubelet does:
+A node whose ``NodeSpec`` names a Topology Manager policy admits every pod through the
+kubelet's own NUMA rules instead (``podres_exporter.core.topology``, via ``topology.py``):
+what they refuse is rejected with their reason (``TopologyAffinityError`` ...), what they
+admit gets the CPUs, devices and memory they chose. Without one, admitting a pod
+allocates the way the kubelet does, simplified:
 
 * a container of a Guaranteed pod that asks a whole number of CPUs gets that many
   exclusive CPUs under the static CPU policy, from the allocatable pool (never a
@@ -55,7 +59,6 @@ from dataclasses import dataclass, replace
 import structlog
 
 from podres_exporter.core.errors import AdmissionError, PreStartError
-from podres_exporter.core.topology import NodeState, assign
 from podres_sim.kubelet import topology
 from podres_sim.kubelet.devicemanager import SimDeviceManager
 from podres_sim.kubelet.pods import (
@@ -105,14 +108,6 @@ class _Staged:
     @property
     def key(self) -> PodKey:
         return (self.spec.namespace, self.name)
-
-
-def _claims(c: ContainerSpec, namespace: str, pod_name: str) -> tuple[ClaimGrant, ...]:
-    """A container's DRA claims, with the pod's name filled in."""
-    return tuple(
-        ClaimGrant(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
-        for cl in c.claims
-    )
 
 
 class Node:
@@ -587,54 +582,13 @@ class Node:
         self._generation += 1
         return state
 
-    def _core_state(self) -> NodeState:
-        """The node as the kubelet's admission rules read it (lock held)."""
-        devices: list[DeviceSpec] = []
-        free: dict[str, Iterable[str]] = {}
-        dm = self._dm
-        if dm is not None:
-            for r in self._plugin:
-                registered = dm.devices(r)
-                if registered:  # isDevicePluginResource: a resource never registered is ignored
-                    devices.extend(DeviceSpec(r, d.id, d.numa, d.healthy) for d in registered)
-                    free[r] = dm.free_devices(r)
-        return topology.node_state(self._spec, self._pools, devices, free, self._pods.values())
-
     def _core_admit(
         self, spec: PodSpec, name: str, hold: Hold
-    ) -> tuple[list[ContainerState], list[tuple[int, dict[str, int], tuple[int, ...] | None]]]:
-        """Admit a pod through the kubelet's NUMA admission (lock held): take what the
-        rules chose for each listed container, and name the plugin devices still to
-        allocate with their NUMA hint. Raises AdmissionFailure with the kubelet's reason
-        (``TopologyAffinityError``, ``SMTAlignmentError``, ``UnexpectedAdmissionError``)."""
-        decision, _, shares = assign(self._core_state(), topology.pod_shape(spec))
-        if not decision.admitted:
-            raise AdmissionFailure(decision.message, decision.reason.value)
-        by_name = {s.container: s for s in shares if not s.init}
-        hints = {p.container: p.affinity for p in decision.placements}
-        states: list[ContainerState] = []
-        plugin: list[tuple[int, dict[str, int], tuple[int, ...] | None]] = []
-        for i, c in enumerate(spec.listed_containers):
-            share = by_name[c.name]
-            own = {r: ids for r, ids in share.devices.items() if r not in self._plugin}
-            grants = self._pools.take_exact(hold, share.cpus, own, {})
-            wanted = c.memory_requests() if share.memory_numa else {}
-            memory = self._pools.take_memory(wanted, share.memory_numa, hold)
-            claims = tuple(
-                ClaimGrant(
-                    cl.name.replace("{pod}", name), cl.namespace or spec.namespace, cl.devices
-                )
-                for cl in c.claims
-            )
-            states.append(
-                ContainerState(
-                    c.name, c.kind, tuple(sorted(share.cpus)), tuple(grants), memory, claims
-                )
-            )
-            want = {r: n for r, n in c.devices.items() if n > 0 and r in self._plugin}
-            if want:
-                plugin.append((i, want, hints.get(c.name, hints.get(None))))
-        return states, plugin
+    ) -> tuple[list[ContainerState], list[topology.PluginWant]]:
+        """Admit a pod through the kubelet's NUMA admission (lock held); see
+        ``topology.admit``."""
+        view = topology.SimView(self._spec, self._pools, self._dm, self._plugin, self._pods)
+        return topology.admit(view, spec, name, hold)
 
     def _allocate(
         self,
@@ -648,7 +602,7 @@ class Node:
     ) -> tuple[ContainerState, int | None]:
         """A container's CPUs, memory and node devices, and the NUMA node they were
         taken from (the hint for its plugin devices; None: no preference)."""
-        claims = _claims(c, namespace, pod_name)
+        claims = ClaimGrant.of(c, namespace, pod_name)
         ncpu, devices, memory = self._needs(c, qos, pinned)
         if not (ncpu or devices or memory):
             return ContainerState(c.name, c.kind, claims=claims), None

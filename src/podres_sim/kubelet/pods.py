@@ -5,10 +5,18 @@ Plain frozen data; ``Node`` makes them and the server turns them into messages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Literal
 
-from podres_sim.scenario import ClaimDeviceSpec, ContainerKind, DeviceSpec, PodSpec, QoS
+from podres_sim.scenario import (
+    ClaimDeviceSpec,
+    ContainerKind,
+    ContainerSpec,
+    DeviceSpec,
+    PodSpec,
+    QoS,
+)
 
 __all__ = [
     "ChurnEvent",
@@ -50,6 +58,14 @@ class ClaimGrant:
     namespace: str
     devices: tuple[ClaimDeviceSpec, ...]
 
+    @classmethod
+    def of(cls, c: ContainerSpec, namespace: str, pod_name: str) -> tuple[ClaimGrant, ...]:
+        """A container's DRA claims, with the pod's name filled in."""
+        return tuple(
+            cls(cl.name.replace("{pod}", pod_name), cl.namespace or namespace, cl.devices)
+            for cl in c.claims
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerState:
@@ -72,7 +88,9 @@ class ContainerState:
 class PodState:
     """An admitted (Running), rejected (Failed) or finished (Succeeded) pod, with its
     containers in the kubelet's order: restartable sidecars first, then app containers.
-    ``cpu_ids`` and ``memory``: its pod-level resources (empty without them)."""
+    ``cpu_ids`` and ``memory``: its pod-level resources (empty without them). ``uid``:
+    this incarnation's UID, new for each pod admitted, kept when the pod's state is
+    replaced (finished); not compared."""
 
     namespace: str
     name: str
@@ -83,6 +101,7 @@ class PodState:
     message: str = ""
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryGrant, ...] = ()
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()), compare=False)
 
     @property
     def key(self) -> PodKey:

@@ -34,6 +34,10 @@ one made elsewhere). Its plugins' devices are what pods asking for those resourc
 get and what GetAllocatableResources reports (healthy ones only); with
 ``retry_pending`` a pod rejected for want of such a resource is admitted again when
 the resource's allocatable count grows (when its plugin registers, say).
+
+With ``pods_api`` (the ``PodsAPI`` gate, see ``KubeletBehaviour``) the simulator also
+serves the kubelet's Pods API on its own socket (``pods_api_socket_path``), started,
+stopped and restarted with it (``kubelet.podsapi``); the knob is read at each start.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from podres_sim.kubelet.devicemanager import SimDeviceManager
 from podres_sim.kubelet.grpcserve import bind, old_inode_held, shut_down, unlink_socket
 from podres_sim.kubelet.node import Node
 from podres_sim.kubelet.pods import ChurnEvent, PodState
+from podres_sim.kubelet.podsapi import SimPodsApi, pods_api_socket_for
 from podres_sim.kubelet.ratelimit import (
     RATE_LIMITED,
     TokenBucket,
@@ -198,6 +203,8 @@ class SimKubelet:
         self._executor: ThreadPoolExecutor | None = None
         self._churn_thread: threading.Thread | None = None
         self._churn_stop = threading.Event()
+        self._pods_api_path = pods_api_socket_for(self._socket_path)
+        self._pods_api: SimPodsApi | None = None
         self._churn_interval = 0.0
         # Built v1 PodResources messages by pod, reused while the pod is unchanged.
         self._messages: dict[
@@ -271,6 +278,18 @@ class SimKubelet:
     def target(self) -> str:
         """The gRPC target for a client channel: ``unix:<socket path>``."""
         return f"unix:{self._socket_path}"
+
+    @property
+    def pods_api_socket_path(self) -> Path:
+        """Where the Pods API is served when its gate is on (``podsapi.pods_api_socket_for``;
+        not served, a warning logged, when the path is too long for a unix socket)."""
+        return self._pods_api_path
+
+    @property
+    def pods_api(self) -> SimPodsApi | None:
+        """The Pods API server while it serves (the gate on), else None."""
+        api = self._pods_api
+        return api if api is not None and api.running else None
 
     @property
     def device_manager(self) -> SimDeviceManager | None:
@@ -551,6 +570,12 @@ class SimKubelet:
                 server.start()
             self._server, self._executor = server, executor
             log.info("sim_kubelet_started", socket=str(path), scenario=self._scenario.name)
+            if self.behaviour.pods_api and socket_path_too_long(self._pods_api_path):
+                log.warning("sim_pods_api_not_served", socket=str(self._pods_api_path))
+            elif self.behaviour.pods_api:
+                if self._pods_api is None:
+                    self._pods_api = SimPodsApi(self._node, self._pods_api_path)
+                self._pods_api.start(warmup=warmup)
 
     def stop(self, *, remove_socket: bool = False) -> None:
         """Stop serving at once (in-flight calls are cancelled) and stop churn.
@@ -566,6 +591,8 @@ class SimKubelet:
             self._stop_retry()
             if device_manager and self._dm is not None and self._dm_managed:
                 self._dm.stop(remove_socket=remove_socket)
+            if self._pods_api is not None:
+                self._pods_api.stop(remove_socket=remove_socket)
             server, executor = self._server, self._executor
             self._server = self._executor = None
             path = self._socket_path

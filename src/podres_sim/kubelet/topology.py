@@ -11,6 +11,7 @@ see it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from podres_exporter.core.topology import (
     Container,
@@ -24,12 +25,18 @@ from podres_exporter.core.topology import (
     Policies,
     Scope,
     TopologyPolicy,
+    assign,
 )
-from podres_sim.kubelet.pods import PodState
-from podres_sim.kubelet.pools import Pools
+from podres_sim.kubelet.devicemanager import SimDeviceManager
+from podres_sim.kubelet.pods import ClaimGrant, ContainerState, PodKey, PodState
+from podres_sim.kubelet.pools import AdmissionFailure, Hold, Pools
 from podres_sim.scenario import ContainerSpec, DeviceSpec, NodeSpec, PodSpec
 
-__all__ = ["node_state", "pod_shape", "policies"]
+__all__ = ["PluginWant", "SimView", "admit", "node_state", "pod_shape", "policies"]
+
+#: A listed container's plugin devices still to allocate: its index, the counts per
+#: resource, and the NUMA affinity to hint (None: any).
+PluginWant = tuple[int, dict[str, int], tuple[int, ...] | None]
 
 
 def policies(spec: NodeSpec) -> Policies:
@@ -117,3 +124,56 @@ def pod_shape(spec: PodSpec) -> Pod:
         tuple(_container(c, guaranteed) for c in spec.listed_containers),
         tuple(_container(c, guaranteed) for c in spec.containers if c.kind == "init"),
     )
+
+
+@dataclass(frozen=True)
+class SimView:
+    """What the simulated kubelet holds, for one admission (its lock held)."""
+
+    spec: NodeSpec
+    pools: Pools
+    dm: SimDeviceManager | None
+    plugin: tuple[str, ...]
+    pods: Mapping[PodKey, PodState]
+
+    def state(self) -> NodeState:
+        """The node as the admission rules read it; a plugin resource counts once its
+        plugin registered devices (devicemanager ``isDevicePluginResource``)."""
+        devices: list[DeviceSpec] = []
+        free: dict[str, Iterable[str]] = {}
+        if self.dm is not None:
+            for r in self.plugin:
+                registered = self.dm.devices(r)
+                if registered:
+                    devices.extend(DeviceSpec(r, d.id, d.numa, d.healthy) for d in registered)
+                    free[r] = self.dm.free_devices(r)
+        return node_state(self.spec, self.pools, devices, free, self.pods.values())
+
+
+def admit(
+    view: SimView, spec: PodSpec, name: str, hold: Hold
+) -> tuple[list[ContainerState], list[PluginWant]]:
+    """Admit a pod through ``podres_exporter.core.topology``: take what the rules chose
+    for each listed container into ``hold``, and name the plugin devices still to
+    allocate with their NUMA hint. Raises AdmissionFailure with the kubelet's reason
+    (``TopologyAffinityError``, ``SMTAlignmentError``, ``UnexpectedAdmissionError``)."""
+    decision, _, shares = assign(view.state(), pod_shape(spec))
+    if not decision.admitted:
+        raise AdmissionFailure(decision.message, decision.reason.value)
+    by_name = {s.container: s for s in shares if not s.init}
+    hints = {p.container: p.affinity for p in decision.placements}
+    states: list[ContainerState] = []
+    plugin: list[PluginWant] = []
+    for i, c in enumerate(spec.listed_containers):
+        share = by_name[c.name]
+        own = {r: ids for r, ids in share.devices.items() if r not in view.plugin}
+        grants = view.pools.take_exact(hold, share.cpus, own, {})
+        wanted = c.memory_requests() if share.memory_numa else {}
+        memory = view.pools.take_memory(wanted, share.memory_numa, hold)
+        claims = ClaimGrant.of(c, spec.namespace, name)
+        cpus = tuple(sorted(share.cpus))
+        states.append(ContainerState(c.name, c.kind, cpus, tuple(grants), memory, claims))
+        want = {r: n for r, n in c.devices.items() if n > 0 and r in view.plugin}
+        if want:
+            plugin.append((i, want, hints.get(c.name, hints.get(None))))
+    return states, plugin

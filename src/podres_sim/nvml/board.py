@@ -75,6 +75,7 @@ class FakeMigDevice:
     parent: FakeGpu = field(repr=False)
     name: str = ""
     memory_used: int = 0
+    memory_reserved: int = 0  # set aside by the driver: "used" to version 1 only
     processes: list[FakeProcess] = field(default_factory=list)
     samples: list[FakeSample] = field(default_factory=list)
     load: float = 0.0  # animation: the mean utilisation it drifts around (0..1)
@@ -97,7 +98,10 @@ class FakeGpu:
     pci_bus_id: str = "00000000:17:00.0"  # NVML's form; add_gpu takes either form
     numa_node: int | None = None
     memory_total: int = 81559 * MIB
-    memory_used: int = 0
+    memory_used: int = 0  # allocated
+    # Set aside by the driver and firmware: nvmlDeviceGetMemoryInfo version 1 counts it in
+    # "used", version 2 answers it apart (as real drivers do).
+    memory_reserved: int = 0
     utilization_gpu: int = 0  # percent
     utilization_memory: int = 0  # percent
     power_usage_mw: int = 70_000
@@ -190,19 +194,44 @@ class EventSet:
 
 @dataclass(frozen=True)
 class GpuModel:
-    """A GPU model's defaults: memory, power limit and clocks."""
+    """A GPU model's defaults: memory, power limit and clocks, and the functions that
+    answer NOT_SUPPORTED on such a board (``unsupported``)."""
 
     memory_total: int
     power_limit_mw: int
     max_sm_clock_mhz: int
     memory_clock_mhz: int
+    unsupported: frozenset[str] = frozenset()
 
+
+# What NVML's reference says older and consumer boards lack: MIG (Ampere data-centre
+# boards and later), row remapping (Ampere and later), the energy counter (Volta and
+# later), ECC (data-centre boards), and MIG handles.
+_NO_MIG: Final = frozenset({"nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount"})
+_NO_REMAPPING: Final = frozenset({"nvmlDeviceGetRemappedRows"})
+_NO_ECC: Final = frozenset({"nvmlDeviceGetTotalEccErrors"})
 
 MODELS: Final[Mapping[str, GpuModel]] = {
     "NVIDIA H100 80GB HBM3": GpuModel(81559 * MIB, 700_000, 1980, 2619),
     "NVIDIA A100-SXM4-80GB": GpuModel(81920 * MIB, 400_000, 1410, 1593),
     "NVIDIA A100-SXM4-40GB": GpuModel(40960 * MIB, 400_000, 1410, 1215),
-    "NVIDIA L40S": GpuModel(46068 * MIB, 350_000, 2520, 9001),
+    "NVIDIA L40S": GpuModel(46068 * MIB, 350_000, 2520, 9001, _NO_MIG),
+    # Turing: no MIG, no row remapping (it retires pages instead).
+    "Tesla T4": GpuModel(15360 * MIB, 70_000, 1590, 5001, _NO_MIG | _NO_REMAPPING),
+    # Volta: the same.
+    "Tesla V100-SXM2-32GB": GpuModel(32768 * MIB, 300_000, 1530, 877, _NO_MIG | _NO_REMAPPING),
+    # A consumer board: no ECC, no MIG, no row remapping.
+    "NVIDIA GeForce RTX 3090": GpuModel(
+        24576 * MIB, 350_000, 1995, 9751, _NO_MIG | _NO_REMAPPING | _NO_ECC
+    ),
+    # Kepler: no energy counter either.
+    "Tesla K80": GpuModel(
+        11441 * MIB,
+        149_000,
+        875,
+        2505,
+        _NO_MIG | _NO_REMAPPING | {"nvmlDeviceGetTotalEnergyConsumption"},
+    ),
 }
 DEFAULT_MODEL: Final = MODELS["NVIDIA H100 80GB HBM3"]
 # PCI buses of the eight GPUs of a typical HGX board, lowest first.

@@ -117,6 +117,8 @@ class FakeNvml:
     :meth:`load_driver` (``init_error`` sets any other code). ``seed`` seeds the
     random walk of :meth:`step`; ``clock`` (seconds, monotonic) makes the fake step
     itself every ``step_s`` seconds of it. ``calls`` counts calls per function.
+    ``memory_info_v2`` False: a driver without version 2 of the memory query;
+    ``privileged`` False: a caller NVML does not give a MIG-enabled GPU's memory.
     """
 
     def __init__(
@@ -135,6 +137,11 @@ class FakeNvml:
         )
         self.calls: Counter[str] = Counter()
         self.init_count = 0
+        # False: a driver older than nvmlDeviceGetMemoryInfo_v2 (FUNCTION_NOT_FOUND).
+        self.memory_info_v2 = True
+        # False: a caller without the privilege NVML asks for a MIG-enabled GPU's own
+        # memory (NO_PERMISSION there; its MIG devices still answer).
+        self.privileged = True
         self.gpus: list[FakeGpu] = []
         self.now_us = 1_000_000  # the driver's timestamp clock, microseconds
         self._errors: dict[tuple[str, str | None], int] = {}
@@ -190,7 +197,8 @@ class FakeNvml:
         remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0),
         mig_mode: int | None = pynvml.NVML_DEVICE_MIG_DISABLE,
     ) -> FakeGpu:
-        """Add a GPU at the next NVML index; model defaults come from ``name``.
+        """Add a GPU at the next NVML index; model defaults come from ``name``, and so
+        do the functions such a board answers NOT_SUPPORTED (``board.MODELS``).
 
         ``pci_bus_id`` in either form (``0000:17:00.0`` or ``00000000:17:00.0``);
         by default the next HGX bus.
@@ -223,10 +231,12 @@ class FakeNvml:
             ecc_corrected=ecc_corrected,
             ecc_uncorrected=ecc_uncorrected,
             remapped_rows=remapped_rows,
-            mig_mode=mig_mode,
+            mig_mode=None if "nvmlDeviceGetMigMode" in model.unsupported else mig_mode,
             max_sm_clock_mhz=model.max_sm_clock_mhz,
         )
         self.gpus.append(gpu)
+        for function in model.unsupported:  # what such a board answers NOT_SUPPORTED
+            self.set_unsupported(function, uuid)
         return gpu
 
     def add_mig_gpu(
@@ -571,11 +581,22 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: object, version: int | None = None) -> Any:
         device = self._resolve("nvmlDeviceGetMemoryInfo", handle)
-        total, used = device.memory_total, device.memory_used
-        if not version:
-            return pynvml.c_nvmlMemory_t(total=total, free=total - used, used=used)
+        if (
+            not self.privileged
+            and isinstance(device, FakeGpu)
+            and device.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE
+        ):
+            raise _err(pynvml.NVML_ERROR_NO_PERMISSION)
+        total, used, reserved = device.memory_total, device.memory_used, device.memory_reserved
+        free = total - used - reserved
+        if not version:  # version 1: the reserved memory is part of "used"
+            return pynvml.c_nvmlMemory_t(total=total, free=free, used=used + reserved)
+        if not self.memory_info_v2:
+            raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if version != pynvml.nvmlMemory_v2:
+            raise _err(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         return pynvml.c_nvmlMemory_v2_t(
-            version=version, total=total, reserved=0, free=total - used, used=used
+            version=version, total=total, reserved=reserved, free=free, used=used
         )
 
     def nvmlDeviceGetPowerUsage(self, handle: object) -> int:
@@ -747,10 +768,11 @@ class FakeNvml:
 
 # The constants and error classes of the real module, so the fake cannot drift:
 # NVML_* codes and enums, the clock-event / throttle-reason and event-type bits,
-# NVMLError, its NVMLError_* subclasses and NVMLLibraryMismatchError.
+# NVMLError, its NVMLError_* subclasses and NVMLLibraryMismatchError, and the version
+# numbers of the result structures the backend asks for by version.
 _COPIED = re.compile(
     r"^(NVML_[A-Z0-9_]+|nvmlClocks(Event|Throttle)Reason\w+|nvmlEventType\w+|NVMLError\w*"
-    r"|NVMLLibraryMismatchError)$"
+    r"|NVMLLibraryMismatchError|nvmlMemory_v2)$"
 )
 for _name in dir(pynvml):
     if _COPIED.match(_name) and not hasattr(FakeNvml, _name):

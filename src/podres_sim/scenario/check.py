@@ -61,6 +61,8 @@ class NodeShape(Protocol):
     @property
     def memory_policy(self) -> str: ...
     @property
+    def threads_per_core(self) -> int: ...
+    @property
     def memory(self) -> Mapping[str, Sequence[int]]: ...
     @property
     def devices(self) -> Sequence[_Device]: ...
@@ -147,6 +149,17 @@ _NAME_PROBLEMS = {
 }
 
 
+def _check_threads(node: NodeShape, source: str, key: str) -> None:
+    """SMT threads per core: at least 1, and each NUMA node's CPUs whole cores of them."""
+    threads = node.threads_per_core
+    if threads < 1 or any(len(cpus) % threads for cpus in node.numa_cpus):
+        raise ScenarioError(
+            source,
+            f"{key}.threads_per_core",
+            f"expected a count (at least 1) that divides each NUMA node's CPUs, got {threads}",
+        )
+
+
 def check_node(node: NodeShape, source: str, key: str) -> None:
     """Check a node; ScenarioError names ``source`` and the key under ``key``."""
     if not node.numa_cpus:
@@ -173,6 +186,7 @@ def check_node(node: NodeShape, source: str, key: str) -> None:
         raise ScenarioError(
             source, f"{key}.memory_policy", f"expected static|none, got {node.memory_policy!r}"
         )
+    _check_threads(node, source, key)
     for mtype, sizes in node.memory.items():
         if mtype != MEMORY_TYPE and not is_hugepages_name(mtype):
             raise ScenarioError(
@@ -286,6 +300,7 @@ def check_kubelet(kubelet: object) -> None:
         "list_active_only",
         "pod_level_resources",
         "dra_share_ids",
+        "pods_api",
     ):
         if not isinstance(getattr(kubelet, name), bool):
             raise ValueError(f"kubelet.{name}: expected true or false")

@@ -18,6 +18,7 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     list_active_only = true            # 1.34+: finished pods not listed (false: before 1.34)
     pod_level_resources = false        # PodLevelResourceManagers (1.36+): pod-level cpu_ids, memory
     dra_share_ids = true               # 1.35+: ClaimResource.share_id sent
+    pods_api = false                   # PodsAPI (1.36 opt-in, 1.37 on): the Pods API socket
 
     [churn]
     interval_s = 5.0                   # 0: no churn
@@ -37,6 +38,7 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     offline_cpus = []                  # present but offline: not allocatable, not in sysfs
     cpu_policy = "static"              # | "none"
     memory_policy = "static"           # | "none"
+    threads_per_core = 2               # SMT: consecutive CPUs of a NUMA node share a core
     topology_policy = "restricted"     # | "none" | "best-effort" | "single-numa-node";
                                        # unset: the simple allocator, no Topology Manager
     topology_scope = "container"       # | "pod"
@@ -62,6 +64,8 @@ The TOML schema (every key but ``node`` optional; unknown keys are errors)::
     memory = "8Gi"                     #   the pod's exclusive budget and private shared pool
     finished = false                   # ran and finished: resources given back, listed by
                                        #   kubelets before 1.34 (list_active_only = false)
+    owner = ""                         # controller kind ("Job"); "": from naming; "none"
+    labels = { team = "research" }     # pod labels, as the Pods API shows them
 
     [[pods.containers]]
     name = "trainer"
@@ -198,6 +202,7 @@ _NODE_KEYS = {
     "memory_policy",
     "memory",
     "devices",
+    "threads_per_core",
     "topology_policy",
     "topology_scope",
 }
@@ -213,6 +218,8 @@ _POD_KEYS = {
     "cpu",
     "memory",
     "finished",
+    "labels",
+    "owner",
 }
 _CONTAINER_KEYS = {"name", "kind", "cpu", "memory", "devices", "claims"}
 _CLAIM_KEYS = {
@@ -419,6 +426,7 @@ class _Parser:
                 memory_policy=self.choice(data, "memory_policy", "node", "none", MemoryPolicy),
                 memory=memory,
                 devices=tuple(devices),
+                threads_per_core=self.integer(data, "threads_per_core", "node", 1),
                 topology_policy=(
                     self.choice(data, "topology_policy", "node", "none", TopologyPolicyName)
                     if "topology_policy" in data
@@ -484,7 +492,16 @@ class _Parser:
             cpu_m=self.guarded(f"{where}.cpu", parse_millicpu, data.get("cpu", 0)),
             memory=self.guarded(f"{where}.memory", parse_bytes, data.get("memory", 0)),
             finished=self.boolean(data, "finished", where, False),
+            labels=self.labels(data, where),
+            owner=self.string(data, "owner", where, ""),
         )
+
+    def labels(self, data: Mapping[str, Any], where: str) -> dict[str, str]:
+        table = self.table(data.get("labels", {}), f"{where}.labels", None)
+        for key, value in table.items():
+            if not isinstance(value, str):
+                raise self.fail(f"{where}.labels.{key}", f"expected a string, got {value!r}")
+        return dict(table)
 
     def container(self, value: object, where: str) -> ContainerSpec:
         if isinstance(value, Mapping):

@@ -98,6 +98,9 @@ class NodeSpec:
     memory_policy: MemoryPolicy = "none"
     memory: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
     devices: tuple[DeviceSpec, ...] = ()
+    # SMT threads per physical core: a core is that many consecutive CPUs of a NUMA node's
+    # list (the host's thread_siblings_list).
+    threads_per_core: int = 1
     topology_policy: TopologyPolicyName | None = None
     topology_scope: TopologyScope = "container"
 
@@ -273,6 +276,13 @@ class PodSpec:
     ``finished``: the pod ran and finished (a completed Job); its resources are given
     back at once, but a kubelet before 1.34 still lists it with them (see
     ``KubeletBehaviour.list_active_only``).
+
+    ``labels`` and ``owner`` are what the kubelet's Pods API shows of it: its labels (the
+    controllers' own, such as ``pod-template-hash``, are added), and the kind of its
+    controlling owner: "" derives it from ``naming`` (``deployment``: the ReplicaSet
+    ``name-<hash>``; ``statefulset``: StatefulSet; ``generated``: DaemonSet; ``static``:
+    the Node; ``exact``: none), ``"none"`` is a bare pod, any other kind (``Job``) is
+    owned by that kind named ``name``.
     """
 
     namespace: str
@@ -285,6 +295,11 @@ class PodSpec:
     cpu_m: int = 0
     memory: int = 0
     finished: bool = False
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    owner: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
 
     @classmethod
     def of(
@@ -299,6 +314,8 @@ class PodSpec:
         cpu: int | float | str = 0,
         memory: int | str = 0,
         finished: bool = False,
+        labels: Mapping[str, str] | None = None,
+        owner: str = "",
     ) -> PodSpec:
         """Build a pod template; ``naming`` defaults to ``deployment`` when there are
         several replicas or churn, else ``exact``. ``cpu`` and ``memory``: pod-level
@@ -316,6 +333,8 @@ class PodSpec:
             parse_millicpu(cpu),
             parse_bytes(memory),
             finished,
+            dict(labels or {}),
+            owner,
         )
 
     def pod_exclusive_cpus(self, cpu_policy: CpuPolicy) -> int:
@@ -362,8 +381,10 @@ class KubeletBehaviour:
     show only active pods; off, finished pods are listed with the resources they gave
     back); ``pod_level_resources`` (``PodLevelResourceManagers``, 1.36 alpha: the
     pod-level ``cpu_ids`` and ``memory`` of pods with pod-level resources);
-    ``dra_share_ids`` (1.35: a claim device's ``share_id``). :meth:`of_version` sets
-    them as a kubelet of that minor version does by default.
+    ``dra_share_ids`` (1.35: a claim device's ``share_id``); ``pods_api`` (``PodsAPI``,
+    KEP-4188: alpha 1.36, on by default 1.37: the Pods API on its own socket, see
+    ``kubelet.podsapi``). :meth:`of_version` sets them as a kubelet of that minor version
+    does by default.
     """
 
     api: ApiMode = "v1"
@@ -375,14 +396,18 @@ class KubeletBehaviour:
     list_active_only: bool = True
     pod_level_resources: bool = False
     dra_share_ids: bool = True
+    pods_api: bool = False
 
     def __post_init__(self) -> None:
         check_kubelet(self)
 
     @classmethod
-    def of_version(cls, minor: int, *, pod_level_gate: bool = False) -> KubeletBehaviour:
+    def of_version(
+        cls, minor: int, *, pod_level_gate: bool = False, pods_api_gate: bool = False
+    ) -> KubeletBehaviour:
         """The defaults of kubelet ``1.<minor>`` (1.28 to 1.37); ``pod_level_gate``
-        switches ``PodLevelResourceManagers`` on (it exists from 1.36, off by default)."""
+        switches ``PodLevelResourceManagers`` on (it exists from 1.36, off by default),
+        ``pods_api_gate`` switches ``PodsAPI`` on in 1.36 (on by default from 1.37)."""
         if not 28 <= minor <= 37:  # noqa: PLR2004 - the versions the table covers
             raise ValueError(f"kubelet 1.{minor}: expected a minor version from 28 to 37")
         active = minor >= 34  # noqa: PLR2004 - KubeletPodResourcesListUseActivePods on
@@ -392,6 +417,7 @@ class KubeletBehaviour:
             list_rejected=not active,
             pod_level_resources=pod_level_gate and minor >= 36,  # noqa: PLR2004
             dra_share_ids=minor >= 35,  # noqa: PLR2004 - consumable capacity
+            pods_api=minor >= 37 or (pods_api_gate and minor >= 36),  # noqa: PLR2004
         )
 
 

@@ -366,3 +366,19 @@ def test_sysfs_writer_explicit_numa_layout(tmp_path: Path) -> None:
     root = write_sysfs(s.node, tmp_path)
     assert (root / "devices/system/node/node1/cpulist").read_text() == "2-3,6-7\n"
     assert (root / "devices/system/cpu/online").read_text() == "0-7\n"
+
+
+def test_topology_manager_keys() -> None:
+    """node.topology_policy / topology_scope load; unset means no Topology Manager; a
+    bad value is a ScenarioError naming the key."""
+    assert parse_scenario(GOOD).node.topology_policy is None
+    text = GOOD.replace(
+        "cpus_per_numa_node = 2",
+        'cpus_per_numa_node = 2\ntopology_policy = "restricted"\ntopology_scope = "pod"',
+    )
+    node = parse_scenario(text).node
+    assert (node.topology_policy, node.topology_scope) == ("restricted", "pod")
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(text.replace('"restricted"', '"strict"'))
+    assert info.value.key == "node.topology_policy"
+    assert load_builtin("numa").node.topology_policy == "single-numa-node"

@@ -1,6 +1,7 @@
 """Calls into the injected pynvml module, each guarded by what its return code means.
 
 * ``NOT_SUPPORTED``, ``NO_PERMISSION``, ``FUNCTION_NOT_FOUND`` (an older driver),
+  ``ARGUMENT_VERSION_MISMATCH`` (a driver without that version of the result structure),
   ``NOT_FOUND``, ``NO_DATA``: the value is not there (None).
 * ``GPU_IS_LOST``, ``TIMEOUT``, ``UNKNOWN``, ``RESET_REQUIRED``, ``IRQ_ISSUE``: the
   device is gone or hung (:class:`DeviceFailed`).
@@ -49,6 +50,7 @@ def _codes(nvml: Any) -> Codes:
                 nvml.NVML_ERROR_NOT_SUPPORTED,
                 nvml.NVML_ERROR_NO_PERMISSION,
                 nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
                 nvml.NVML_ERROR_NOT_FOUND,
                 nvml.NVML_ERROR_NO_DATA,
             }

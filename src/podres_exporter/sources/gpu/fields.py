@@ -3,8 +3,11 @@
 Units: utilisation as ratios (NVML: percent); power in W (mW); energy in J (mJ, a
 counter since the driver loaded); clocks in Hz (MHz); PCIe throughput in bytes per
 second (NVML: KB/s, 1 KB = 1024 bytes, as NVML counts its other sizes); temperature of
-the GPU sensor in degrees Celsius. The power limit is the enforced one
-(``nvmlDeviceGetEnforcedPowerLimit``): the one the GPU obeys. ECC totals are the
+the GPU sensor in degrees Celsius. Memory used is the memory allocated on the device,
+without what the driver and firmware reserve for themselves (``nvmlDeviceGetMemoryInfo``
+version 2, what ``nvidia-smi`` shows as Used; version 1, which counts the reserved memory
+as used, only from a driver without version 2: :func:`memory_info`). The power limit is
+the enforced one (``nvmlDeviceGetEnforcedPowerLimit``): the one the GPU obeys. ECC totals are the
 AGGREGATE counters (lifetime of the board, kept in the infoROM), not the VOLATILE ones
 (since the last driver load), so they survive reboots and driver reloads and a rise
 always means a new error. ECC, remapped rows and MIG mode are None on boards that do
@@ -26,6 +29,7 @@ from typing import Any, Final
 
 from podres_exporter.core.telemetry import CLOCK_EVENT_REASONS
 from podres_exporter.sources.gpu.calls import Nvml
+from podres_exporter.sources.gpu.structs import Memory
 
 __all__ = [
     "Identity",
@@ -33,6 +37,7 @@ __all__ = [
     "Slow",
     "SlowFields",
     "clock_event_reasons",
+    "memory_info",
     "milli",
     "ratio",
     "scaled",
@@ -101,6 +106,21 @@ def scaled(value: int | None, factor: float) -> float | None:
 def milli(value: int | None) -> float | None:
     """mW -> W, mJ -> J (a division, so 1500 mW is exactly 1.5 W)."""
     return None if value is None else value / 1000
+
+
+def memory_info(nvml: Nvml, handle: Any) -> Memory | None:
+    """The device's memory, ``used`` without the memory the driver reserves (version 2 of
+    the result), or version 1's answer from a driver (or pynvml) without version 2."""
+    lib = nvml.lib
+    version = getattr(lib, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            mem: Memory | None = nvml.get(lib.nvmlDeviceGetMemoryInfo, handle, version)
+        except TypeError:  # a pynvml whose function takes no version
+            mem = None
+        if mem is not None:
+            return mem
+    return nvml.get(lib.nvmlDeviceGetMemoryInfo, handle)  # type: ignore[no-any-return]
 
 
 def clock_event_reasons(nvml: Nvml, handle: Any) -> tuple[str, ...] | None:

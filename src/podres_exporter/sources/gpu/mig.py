@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from podres_exporter.core.telemetry import GpuReading
 from podres_exporter.sources.gpu.calls import Nvml, text
 from podres_exporter.sources.gpu.events import XidEvents
-from podres_exporter.sources.gpu.fields import Identity, MigIdentity, ratio
+from podres_exporter.sources.gpu.fields import Identity, MigIdentity, memory_info, ratio
 from podres_exporter.sources.gpu.processes import ProcessSampler
 from podres_exporter.sources.gpu.structs import Memory, Utilization
 
@@ -101,7 +101,7 @@ def read_migs(
         )
         events.remember(mig, parent.uuid)
         util: Utilization | None = nvml.get(lib.nvmlDeviceGetUtilizationRates, mig)
-        mem: Memory | None = nvml.get(lib.nvmlDeviceGetMemoryInfo, mig)
+        mem: Memory | None = memory_info(nvml, mig)
         idents.append(ident)
         out.append(
             replace(

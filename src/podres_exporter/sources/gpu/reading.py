@@ -5,6 +5,10 @@ field None. A GPU whose query says it is lost or hung, or that has no handle for
 index, is reported ``healthy=False`` with ``error`` set and no metric fields, under the
 identity last known for its index (with its MIG instances); the other GPUs keep
 flowing, and the GPU is healthy again on the first read that works.
+
+A GPU whose handle lookup answers ``NO_PERMISSION`` is left out, logged once: NVML's
+device count includes the GPUs this process may not talk to (a container given some
+of the node's GPUs), and such a GPU is not ours to report, nor a failed one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from podres_exporter.sources.gpu.fields import (
     MigIdentity,
     SlowFields,
     clock_event_reasons,
+    memory_info,
     milli,
     ratio,
     scaled,
@@ -48,6 +53,7 @@ class GpuReader:
         self._identity: dict[str, Identity] = {}  # uuid -> complete identity
         self._migs: dict[str, tuple[MigIdentity, ...]] = {}  # parent uuid -> its MIG devices
         self._failing: set[str] = set()  # devices reported unhealthy by the last read
+        self._not_permitted: set[int] = set()  # indices NVML says we may not talk to
 
     def read(self, driver_version: str | None) -> GpuInventory:
         """Every GPU, in NVML's index order. Raises LibraryGone when NVML is unusable,
@@ -81,9 +87,16 @@ class GpuReader:
         try:
             handle = nvml.lib.nvmlDeviceGetHandleByIndex(index)
         except nvml.error as err:
-            if getattr(err, "value", None) in nvml.codes.library_gone:
+            code = getattr(err, "value", None)
+            if code in nvml.codes.library_gone:
                 raise LibraryGone(f"nvmlDeviceGetHandleByIndex: {err}") from err
+            if code == nvml.lib.NVML_ERROR_NO_PERMISSION:
+                if index not in self._not_permitted:
+                    self._not_permitted.add(index)
+                    log.info("gpu_not_permitted", index=index, error=str(err))
+                return []
             return self._unhealthy_gpu(index, ident, f"nvmlDeviceGetHandleByIndex: {err}")
+        self._not_permitted.discard(index)
         try:
             uuid = nvml.get(nvml.lib.nvmlDeviceGetUUID, handle)
             if uuid is None:
@@ -128,7 +141,7 @@ class GpuReader:
         mig_mode = nvml.get(lib.nvmlDeviceGetMigMode, handle)
         mig_enabled = None if mig_mode is None else int(mig_mode[0]) == lib.NVML_DEVICE_MIG_ENABLE
         util: Utilization | None = nvml.get(lib.nvmlDeviceGetUtilizationRates, handle)
-        mem: Memory | None = nvml.get(lib.nvmlDeviceGetMemoryInfo, handle)
+        mem: Memory | None = memory_info(nvml, handle)
         slow = self.slow.read(nvml, handle, ident.uuid)
         rows = slow.remapped_rows
         events, processes = self.tracking
