@@ -13,8 +13,9 @@ machines CPU 0 and CPU 1); half the memory each; distances ``10 20`` / ``20 10``
 Beside it, as processes of the test run, ``podres plugin`` advertises two PCI functions
 of a made-up NIC on NUMA node 0 (:data:`RESOURCE`, from the same tree's
 ``bus/pci/devices``) and ``podres export`` reads the kubelet's pod-resources socket with
-``--path.sysfs`` at the same tree (and the kubelet's configuration file and device
-checkpoint, where it has the flags), so both see the NUMA layout the kubelet sees. When
+``--path.sysfs`` at the same tree, and the kubelet's configuration file and device
+checkpoint, so both see the NUMA layout the kubelet sees and the exporter serves the
+facts ``podres fit`` admits with. When
 the tests end, however they end, the tree is unmounted and the cluster's kubelet runs
 again as it was, on the checkpoints it keeps of its own.
 """
@@ -36,7 +37,7 @@ from podres_exporter.core.cpulist import parse_cpulist
 from tests.deviceplugin.support import write_sysfs as write_nic_sysfs
 from tests.e2e.cluster import PAUSE_IMAGE, Cluster, ClusterError, wait_for
 from tests.faults.support import PODRES, DaemonProcess, Starter
-from tests.support import Samples, http_get, parse_samples, run_in_group
+from tests.support import Samples, http_get, parse_samples
 
 RESOURCE = "example.com/numa-vf"
 VF_ADDRESSES = ("0000:af:02.0", "0000:af:02.1")  # two VFs of a NIC on NUMA node 0
@@ -308,17 +309,6 @@ def start_plugin(daemons: Starter, cluster: Cluster, tree: Path, work: Path) -> 
     return plugin
 
 
-def kubelet_file_flags(cluster: Cluster) -> list[str]:
-    """The kubelet's configuration file and device checkpoint, for an exporter that reads
-    them (the facts ``podres fit`` admits with); none for one that does not."""
-    help_text = run_in_group([*PODRES, "export", "--help"], timeout=60, cwd=REPO).stdout
-    flags = {
-        "--kubelet-config": cluster.work / "kubelet.json",
-        "--kubelet-device-checkpoint": cluster.device_plugin_dir / "kubelet_internal_checkpoint",
-    }
-    return [part for flag, path in flags.items() if flag in help_text for part in (flag, str(path))]
-
-
 def start_exporter(daemons: Starter, cluster: Cluster, tree: Path) -> DaemonProcess:
     """``podres export`` on the kubelet's pod-resources socket, ``--path.sysfs`` at ``tree``."""
     exporter = daemons(
@@ -333,7 +323,9 @@ def start_exporter(daemons: Starter, cluster: Cluster, tree: Path) -> DaemonProc
             "--path.pod-logs", str(cluster.pod_logs),
             "--path.container-logs", str(cluster.private("/var/log/containers")),
             "--log-format", "json",
-            *kubelet_file_flags(cluster),
+            "--kubelet-config", str(cluster.work / "kubelet.json"),
+            "--kubelet-device-checkpoint",
+            str(cluster.device_plugin_dir / "kubelet_internal_checkpoint"),
         ],
     )  # fmt: skip
     exporter.wait_url()

@@ -4,14 +4,13 @@ The session cluster's kubelet is restarted seeing two NUMA nodes (``tests/e2e/nu
 CPU 0 on node 0 and reserved, CPU 1 on node 1 on these machines) under the Topology
 Manager's ``single-numa-node`` policy, with ``podres plugin`` advertising two devices on
 NUMA node 0 and ``podres export`` reading the kubelet. Pods of a few shapes are then
-created one after the other, bound to the node; before each, ``podres fit`` predicts
-whether and where it fits (``tests/e2e/numa_fit.py``: its command against the exporter,
-or its own steps in process with the kubelet's policies while the exporter does not serve
-them). The tests check the kubelet's answer for each shape, the prediction against it
-(admitted, reason, NUMA nodes of the Topology Manager's best hint), and the exporter's
-per-NUMA accounting against the kubelet's own: its CPU manager checkpoint, its
-configuration, and its pod-resources answers read with the project's client. Afterwards
-the cluster's kubelet runs again as it was.
+created one after the other, bound to the node; before each, ``podres fit --exporter``
+predicts whether and where it fits (``tests/e2e/numa_fit.py``). The tests check the
+kubelet's answer for each shape, the prediction against it (admitted, reason, NUMA nodes
+of the Topology Manager's best hint), and the exporter's per-NUMA accounting against the
+kubelet's own: its CPU manager checkpoint, its configuration, and its pod-resources
+answers read with the project's client. Afterwards the cluster's kubelet runs again as
+it was.
 """
 
 from __future__ import annotations
@@ -60,8 +59,6 @@ from tests.e2e.numa_fit import (
     Prediction,
     best_hints,
     config_exported,
-    fit_available,
-    predict_in_process,
     predict_with_fit,
 )
 from tests.faults.support import DaemonProcess, started
@@ -147,17 +144,11 @@ class NumaRun:
             client.close()
 
 
-def _predict(run: NumaRun, manifest: Path, with_fit: bool) -> Prediction:
-    if with_fit:
-        return predict_with_fit(run.exporter.url, manifest)
-    return predict_in_process(run.fresh_exposition(), manifest, run.config)
-
-
-def _create(run: NumaRun, shape: Shape, with_fit: bool) -> Step:
+def _create(run: NumaRun, shape: Shape) -> Step:
     manifest = run.tree.parent / f"numa-pod-{shape.name}.yaml"
     manifest.write_text(json.dumps(pod_manifest(shape, run.cluster.node_name)))  # JSON is YAML
     run.fresh_samples()  # the exporter has seen the pods before this one
-    prediction = _predict(run, manifest, with_fit)
+    prediction = predict_with_fit(run.exporter.url, manifest)
     run.cluster.kubectl("apply", "-f", str(manifest))
     result = wait_for(
         f"pod {shape.name} to run or be refused",
@@ -168,7 +159,7 @@ def _create(run: NumaRun, shape: Shape, with_fit: bool) -> Step:
     progress(
         f"NUMA pod {shape.name}: {'admitted' if result.admitted else 'refused'}"
         f"{'' if result.admitted else f' ({result.reason}: {result.message})'}; predicted by "
-        + f"{prediction.by}: {'fits' if prediction.fits else 'does not fit'}"
+        + f"podres fit: {'fits' if prediction.fits else 'does not fit'}"
         + (f" on NUMA {prediction.numa}" if prediction.fits else f" ({prediction.reason})")
     )
     return Step(shape, prediction, result)
@@ -193,10 +184,13 @@ def numa(cluster: Cluster) -> Iterator[NumaRun]:
             lambda: len(free_devices(run.reading())) == 2,
             timeout=60,
         )
-        with_fit = fit_available() and config_exported(run.fresh_samples())
-        progress(f"predictions by {'podres fit' if with_fit else 'podres fit in process'}")
+        wait_for(
+            "the exporter to serve the kubelet's policies (podres_kubelet_config_info)",
+            lambda: config_exported(run.fresh_samples()),
+            timeout=30,
+        )
         for shape in SHAPES:
-            run.steps.append(_create(run, shape, with_fit))
+            run.steps.append(_create(run, shape))
         with (cluster.logs / "kubelet.log").open("rb") as fh:
             fh.seek(offset)
             run.kubelet_log = fh.read().decode(errors="replace")
@@ -411,8 +405,6 @@ def test_exporter_admission_facts_equal_the_kubelets_own(numa: NumaRun) -> None:
     healthy here: what GetAllocatableResources lists), the free whole cores per NUMA node
     of its CPU manager checkpoint, and the distances of the tree it reads."""
     samples = numa.fresh_samples()
-    if not config_exported(samples):
-        pytest.skip("this exporter does not serve the kubelet's admission facts")
     (info,) = map(dict, select(samples, "podres_kubelet_config_info"))
     assert (
         info["topology_manager_policy"],
