@@ -21,7 +21,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -159,8 +159,7 @@ class Cluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{name}.log"
         if in_namespace:
-            assert self._holder is not None
-            argv = ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", *argv]
+            argv = self.in_namespace(*argv)
         fh: IO[bytes]
         with log_path.open("ab") as fh:
             popen = subprocess.Popen(
@@ -173,6 +172,11 @@ class Cluster:
         proc = Process(name, popen, log_path)
         self.processes[name] = proc
         return proc
+
+    def in_namespace(self, *argv: str) -> list[str]:
+        """``argv`` as a command run in the cluster's mount namespace (the node's view)."""
+        assert self._holder is not None
+        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", *argv]
 
     def _expect_alive(self, name: str) -> None:
         proc = self.processes[name]
@@ -438,14 +442,15 @@ state = "{self.containerd_dir / "state"}"
             "cgroupsPerQOS": True,
         }
 
-    def start_kubelet(self) -> None:
-        config = self.work / "kubelet.json"
-        config.write_text(json.dumps(self.kubelet_config()))
+    def start_kubelet(self, config: Mapping[str, Any] | None = None) -> None:
+        """Start the kubelet with ``config`` (:meth:`kubelet_config` when None)."""
+        path = self.work / "kubelet.json"
+        path.write_text(json.dumps(self.kubelet_config() if config is None else config))
         self._spawn(
             "kubelet",
             [
                 str(self.binaries["kubelet"]),
-                f"--config={config}",
+                f"--config={path}",
                 f"--kubeconfig={self.kubeconfig}",
                 f"--hostname-override={self.node_name}",
                 "--root-dir=/var/lib/kubelet",
