@@ -370,3 +370,30 @@ def test_opt_in_component_mounts_exactly_what_it_says(render: Render, component:
     container = spec["containers"][0]
     container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in new]
     assert stripped == base
+
+
+def test_documented_kubelet_mounts_overlays_render_as_the_docs_say(
+    render: Render, tmp_path: Path
+) -> None:
+    """docs/deploy.md's overlays for the kubelet mounts render: the first mounts the Pods
+    API directory, the config file and the device-plugins directory; the second points the
+    config file's volume at the kubelet's own --config, still a file, where the exporter
+    looks."""
+    render("base")  # skips without kubectl
+    docs = {}
+    for marker in ("kubelet files", "another kubelet config file"):
+        overlay = tmp_path / marker.replace(" ", "-")
+        overlay.mkdir()
+        block = documented_block(f"# my-cluster/kustomization.yaml ({marker})")
+        rel = os.path.relpath(DEPLOY, overlay)
+        (overlay / "kustomization.yaml").write_text(block.replace("../deploy/", f"{rel}/"))
+        docs[marker] = exporter_volumes(kustomize(overlay))
+    assert {"pods-api", "kubelet-config", "kubelet-device-plugins"} <= set(docs["kubelet files"])
+    volume, mount = docs["another kubelet config file"]["kubelet-config"]
+    assert volume["hostPath"] == {"path": "/etc/kubernetes/kubelet-config.yaml", "type": "File"}
+    assert mount == {
+        "name": "kubelet-config",
+        "mountPath": "/var/lib/kubelet/config.yaml",
+        "readOnly": True,
+    }
+    assert "pods-api" not in docs["another kubelet config file"]
