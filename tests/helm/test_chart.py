@@ -19,6 +19,7 @@ import yaml
 from podres_exporter.deviceplugin.config import DiscoverKind, load_config
 from tests.deploy.conftest import _kubectl, _render, _synthetic
 from tests.deploy.test_checkov import run_checkov
+from tests.deploy.test_install_choices import OPT_IN_VOLUMES
 from tests.deploy.test_manifests import (
     DEPLOY,
     EXPORTER,
@@ -601,19 +602,9 @@ def test_every_value_is_documented_and_declared() -> None:
 
 # ------------------------------------------------------------ the opt-in kubelet mounts
 
-# value -> {(volume name, host path under the root, container path, hostPath type)} it adds.
-KUBELET_VALUES = {
-    "podsApi": {("pods-api", "pods-api", "/var/lib/kubelet/pods-api", "Directory")},
-    "files": {
-        ("kubelet-config", "config.yaml", "/var/lib/kubelet/config.yaml", "File"),
-        (
-            "kubelet-device-plugins",
-            "device-plugins",
-            "/var/lib/kubelet/device-plugins",
-            "Directory",
-        ),
-    },
-}
+# value -> {(volume name, host path under the root, container path, hostPath type)} it adds:
+# what the kustomize component of the same purpose adds.
+KUBELET_VALUES = {"podsApi": OPT_IN_VOLUMES["pods-api"], "files": OPT_IN_VOLUMES["kubelet-files"]}
 KUBELET_ANNOTATIONS = {"podsApi": "podres.io/pods-api", "files": "podres.io/kubelet-files"}
 
 
