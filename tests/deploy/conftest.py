@@ -54,6 +54,22 @@ SYNTHETIC: dict[str, tuple[str, tuple[str, ...]]] = {
         ("pod-monitor", "prometheus-rules", "kube-prometheus-stack"),
     ),
 }
+# The opt-in kubelet mounts (components pods-api and kubelet-files): each alone, and both
+# with a kubelet root listed after them (the plugin's overlay) and before them.
+SYNTHETIC.update(
+    {
+        "base+pods-api": ("base", ("pods-api",)),
+        "base+kubelet-files": ("base", ("kubelet-files",)),
+        "device-plugin+kubelet-files+pods-api+kubelet-root-k0s": (
+            "overlays/device-plugin",
+            ("kubelet-files", "pods-api", "kubelet-root-k0s"),
+        ),
+        "base+kubelet-root-microk8s+kubelet-files+pods-api": (
+            "base",
+            ("kubelet-root-microk8s", "kubelet-files", "pods-api"),
+        ),
+    }
+)
 ALL_RENDERINGS = (*KUSTOMIZATIONS, *SYNTHETIC)
 
 # The renderings that hold the device plugin; every other one must hold no trace of it.

@@ -4,6 +4,7 @@ component does what docs/deploy.md says it does, wherever it is combined."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -27,6 +28,7 @@ from tests.deploy.test_manifests import (
     Doc,
     Render,
     find,
+    kubelet_opt_in,
     pod_spec,
 )
 
@@ -66,15 +68,19 @@ def kustomize(directory: Path) -> list[Doc]:
 def test_without_the_plugin_nothing_is_advertised(render: Render, name: str) -> None:
     """Every rendering without the device-plugin choice (the base first) holds the exporter's
     DaemonSet alone: no DaemonSet registers a device plugin, none mounts the kubelet's
-    device-plugins directory or the host's /dev, no host path is writable, and no resource
-    file is shipped."""
+    device-plugins directory (but the exporter, read-only, with kubelet-files) or the host's
+    /dev, no host path is writable, and no resource file is shipped."""
     docs = render(name)
     daemonsets = [d for d in docs if d["kind"] == "DaemonSet"]
     assert [d["metadata"]["name"] for d in daemonsets] == [EXPORTER.name]
     (exporter,) = daemonsets
     assert exporter["spec"]["template"]["spec"]["containers"][0]["args"][0] == "export"
     paths = host_paths(docs)
-    assert not [p for p in paths if p.endswith(f"/{DEVICE_PLUGINS_DIR}") or p == "/dev"]
+    exposed = [p for p in paths if p.endswith(f"/{DEVICE_PLUGINS_DIR}") or p == "/dev"]
+    # The one exception: kubelet-files mounts the directory in the exporter, read-only.
+    allowed = 1 if DEVICE_PLUGINS_DIR in kubelet_opt_in(name) else 0
+    root = KUBELET_ROOTS.get(name, DEFAULT_KUBELET_ROOT)
+    assert exposed == [f"{root}/{DEVICE_PLUGINS_DIR}"] * allowed
     mounts = pod_spec(exporter)["containers"][0]["volumeMounts"]
     assert all(m.get("readOnly") is True for m in mounts)
     assert not [d for d in docs if d["kind"] == "ConfigMap"]
@@ -108,15 +114,18 @@ def test_shipped_example_is_accepted_by_the_plugin() -> None:
 @pytest.mark.parametrize("name", sorted(KUBELET_ROOTS))
 def test_kubelet_root_components_move_every_kubelet_path(render: Render, name: str) -> None:
     """A kubelet-root component points every host path that was under /var/lib/kubelet (the
-    exporter's pod-resources, the plugin's device-plugins) at its root, leaves the container
-    paths alone, and its ConfigMap is read by kustomize, never applied."""
+    exporter's pod-resources and its opt-in kubelet mounts, the plugin's device-plugins) at
+    its root, whichever order the components come in, leaves the container paths alone, and
+    its ConfigMap is read by kustomize, never applied."""
     docs = render(name)
     root = KUBELET_ROOTS[name]
     paths = host_paths(docs)
     assert not [p for p in paths if p.startswith(DEFAULT_KUBELET_ROOT + "/")]
     moved = sorted(p for p in paths if p.startswith(root + "/"))
     agents = [EXPORTER, PLUGIN] if name in WITH_PLUGIN else [EXPORTER]
-    assert moved == sorted(f"{root}/{a.kubelet_dir}" for a in agents)
+    expected = [f"{root}/{a.kubelet_dir}" for a in agents]
+    expected += [f"{root}/{path}" for path in kubelet_opt_in(name)]
+    assert moved == sorted(expected)
     for agent in agents:
         container = pod_spec(find(docs, "DaemonSet", agent.name))["containers"][0]
         mount_paths = {m["mountPath"] for m in container["volumeMounts"]}
@@ -288,3 +297,103 @@ def test_documented_plugin_overlay_advertises_what_its_file_names(
     assert config_map["data"]["plugin.toml"] == plugin_toml
     config = load_config(str(overlay / "plugin.toml"))
     assert [(r.name, r.replicas) for r in config.resources] == [("podres.io/fuse", 32)]
+
+
+# ------------------------------------------------------------ the opt-in kubelet mounts
+
+# component -> (volume name, host path under the root, container path, hostPath type) it adds.
+OPT_IN_VOLUMES = {
+    "pods-api": {("pods-api", "pods-api", "/var/lib/kubelet/pods-api", "Directory")},
+    "kubelet-files": {
+        ("kubelet-config", "config.yaml", "/var/lib/kubelet/config.yaml", "File"),
+        (
+            "kubelet-device-plugins",
+            "device-plugins",
+            "/var/lib/kubelet/device-plugins",
+            "Directory",
+        ),
+    },
+}
+OPT_IN_ANNOTATIONS = {"podres.io/pods-api", "podres.io/kubelet-files"}
+
+
+def exporter_volumes(docs: list[Doc]) -> dict[str, tuple[Doc, Doc]]:
+    """The exporter's volumes by name, each with its container mount."""
+    spec = pod_spec(find(docs, "DaemonSet", EXPORTER.name))
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    return {v["name"]: (v, mounts[v["name"]]) for v in spec["volumes"]}
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_shipped_installs_mount_no_opt_in_kubelet_path(render: Render, name: str) -> None:
+    """The base, every overlay and the end-to-end installs mount none of the kubelet paths
+    that only some nodes have (pods-api, config.yaml) nor, in the exporter, device-plugins."""
+    docs = render(name)
+    volumes = exporter_volumes(docs)
+    opted = {v[0] for vols in OPT_IN_VOLUMES.values() for v in vols}
+    assert not opted & set(volumes)
+    host = [v["hostPath"]["path"] for v, _ in volumes.values() if "hostPath" in v]
+    assert [p for p in host if p.startswith(DEFAULT_KUBELET_ROOT)] == [
+        f"{DEFAULT_KUBELET_ROOT}/{EXPORTER.kubelet_dir}"
+    ]
+    annotations = find(docs, "DaemonSet", EXPORTER.name)["metadata"]["annotations"]
+    assert not OPT_IN_ANNOTATIONS & set(annotations)
+
+
+@pytest.mark.parametrize("component", sorted(OPT_IN_VOLUMES))
+def test_opt_in_component_mounts_exactly_what_it_says(render: Render, component: str) -> None:
+    """Each opt-in component adds to the base's exporter exactly its kubelet paths,
+    read-only, at the same paths in the container, with a type that keeps the pod from
+    starting where the path is missing rather than create it, plus the annotation naming
+    them; nothing else changes."""
+    base = find(render("base"), "DaemonSet", EXPORTER.name)
+    added = find(render(f"base+{component}"), "DaemonSet", EXPORTER.name)
+    new = {k: v for k, v in exporter_volumes([added]).items() if k not in exporter_volumes([base])}
+    found = set()
+    for name, (volume, mount) in new.items():
+        assert set(volume) == {"name", "hostPath"}
+        assert mount.get("readOnly") is True
+        assert mount.get("mountPropagation", "None") == "None"
+        assert "subPath" not in mount
+        host = volume["hostPath"]["path"]
+        assert host.startswith(DEFAULT_KUBELET_ROOT + "/")
+        under_root = host.removeprefix(DEFAULT_KUBELET_ROOT + "/")
+        found.add((name, under_root, mount["mountPath"], volume["hostPath"]["type"]))
+    assert found == OPT_IN_VOLUMES[component]
+    annotations = added["metadata"]["annotations"]
+    assert {k for k in annotations if k in OPT_IN_ANNOTATIONS} == {f"podres.io/{component}"}
+    # Nothing else: the DaemonSet is the base's once the volumes and the annotation are gone.
+    stripped = copy.deepcopy(added)
+    del stripped["metadata"]["annotations"][f"podres.io/{component}"]
+    spec = pod_spec(stripped)
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in new]
+    container = spec["containers"][0]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in new]
+    assert stripped == base
+
+
+def test_documented_kubelet_mounts_overlays_render_as_the_docs_say(
+    render: Render, tmp_path: Path
+) -> None:
+    """docs/deploy.md's overlays for the kubelet mounts render: the first mounts the Pods
+    API directory, the config file and the device-plugins directory; the second points the
+    config file's volume at the kubelet's own --config, still a file, where the exporter
+    looks."""
+    render("base")  # skips without kubectl
+    docs = {}
+    for marker in ("kubelet files", "another kubelet config file"):
+        overlay = tmp_path / marker.replace(" ", "-")
+        overlay.mkdir()
+        block = documented_block(f"# my-cluster/kustomization.yaml ({marker})")
+        rel = os.path.relpath(DEPLOY, overlay)
+        (overlay / "kustomization.yaml").write_text(block.replace("../deploy/", f"{rel}/"))
+        docs[marker] = exporter_volumes(kustomize(overlay))
+    assert {"pods-api", "kubelet-config", "kubelet-device-plugins"} <= set(docs["kubelet files"])
+    volume, mount = docs["another kubelet config file"]["kubelet-config"]
+    assert volume["hostPath"] == {"path": "/etc/kubernetes/kubelet-config.yaml", "type": "File"}
+    assert mount == {
+        "name": "kubelet-config",
+        "mountPath": "/var/lib/kubelet/config.yaml",
+        "readOnly": True,
+    }
+    assert "pods-api" not in docs["another kubelet config file"]

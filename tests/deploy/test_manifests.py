@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from podres_exporter.deviceplugin.config import DiscoverKind, load_config
-from tests.deploy.conftest import WITH_PLUGIN
+from tests.deploy.conftest import SYNTHETIC, WITH_PLUGIN
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -127,6 +127,38 @@ KUBELET_ROOTS = {
     "device-plugin+kubelet-root-k0s": "/var/lib/k0s/kubelet",
 }
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
+
+# The opt-in kubelet mounts: component -> the paths under the kubelet's root it adds to the
+# exporter, each read-only at the same path under /var/lib/kubelet in the container, with
+# the hostPath type that keeps the node as it is (never ...OrCreate, never unset).
+KUBELET_OPT_IN = {"pods-api": ("pods-api",), "kubelet-files": ("config.yaml", "device-plugins")}
+HOST_PATH_TYPES = {"config.yaml": "File"}  # every other host path is a Directory
+KUBELET_ROOTS.update(
+    {
+        "device-plugin+kubelet-files+pods-api+kubelet-root-k0s": "/var/lib/k0s/kubelet",
+        "base+kubelet-root-microk8s+kubelet-files+pods-api": (
+            "/var/snap/microk8s/common/var/lib/kubelet"
+        ),
+    }
+)
+
+
+def kubelet_opt_in(rendering: str) -> tuple[str, ...]:
+    """The paths under the kubelet's root that the opt-in components of ``rendering`` mount
+    in the exporter."""
+    components = SYNTHETIC[rendering][1] if rendering in SYNTHETIC else ()
+    return tuple(path for c in components for path in KUBELET_OPT_IN.get(c, ()))
+
+
+def opt_in_mounts(rendering: str, agent: Agent) -> frozenset[tuple[str, str, bool]]:
+    """The exporter's opt-in kubelet mounts in ``rendering`` (host, container, read-only)."""
+    if agent is not EXPORTER:
+        return frozenset()
+    root = KUBELET_ROOTS.get(rendering, DEFAULT_KUBELET_ROOT)
+    paths = kubelet_opt_in(rendering)
+    return frozenset((f"{root}/{p}", f"{DEFAULT_KUBELET_ROOT}/{p}", True) for p in paths)
+
+
 WEB_CONFIG_DIR = "/etc/podres-web"
 WEB_CONFIG_ARG = f"--web.config.file={WEB_CONFIG_DIR}/web-config.yml"
 WEB_CONFIG_NAME = "podres-web-config"  # the Secret's name
@@ -409,7 +441,8 @@ def test_host_mounts_are_exactly_the_documented_ones(
     render: Render, rendering: str, agent: Agent
 ) -> None:
     """Every hostPath is one of the documented mounts with its read-only flag, mounted once,
-    as a directory; the only other volumes are the plugin's ConfigMap and the web-config
+    as a directory (the kubelet's config file with kubelet-files: a file), never created on
+    the node; the only other volumes are the plugin's ConfigMap and the web-config
     Secret (with that component), read-only, whole directories."""
     spec = pod_spec(find(render(rendering), "DaemonSet", agent.name))
     container = the_container(find(render(rendering), "DaemonSet", agent.name), agent)
@@ -423,7 +456,8 @@ def test_host_mounts_are_exactly_the_documented_ones(
         volume = volumes[mount["name"]]
         kinds = set(volume) - {"name"}
         if kinds == {"hostPath"}:
-            assert volume["hostPath"]["type"] == "Directory"
+            name = mount["mountPath"].rsplit("/", 1)[-1]
+            assert volume["hostPath"]["type"] == HOST_PATH_TYPES.get(name, "Directory")
             read_only = mount.get("readOnly", False)
             host.add((volume["hostPath"]["path"], mount["mountPath"], read_only))
             # No host path propagates mounts in either direction.
@@ -438,7 +472,8 @@ def test_host_mounts_are_exactly_the_documented_ones(
             secrets.add((volume["secret"]["secretName"], mount["mountPath"]))
         else:
             pytest.fail(f"volume {mount['name']} is {kinds}: not an expected kind")
-    assert host == agent.mounts(KUBELET_ROOTS.get(rendering, DEFAULT_KUBELET_ROOT))
+    root = KUBELET_ROOTS.get(rendering, DEFAULT_KUBELET_ROOT)
+    assert host == agent.mounts(root) | opt_in_mounts(rendering, agent)
     assert config == agent.config_mounts
     web_config = {(WEB_CONFIG_NAME, WEB_CONFIG_DIR)} if rendering in WEB_CONFIG else set()
     assert secrets == web_config

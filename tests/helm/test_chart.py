@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from podres_exporter.deviceplugin.config import DiscoverKind, load_config
-from tests.deploy.conftest import _kubectl, _render
+from tests.deploy.conftest import _kubectl, _render, _synthetic
 from tests.deploy.test_checkov import run_checkov
+from tests.deploy.test_install_choices import OPT_IN_VOLUMES
 from tests.deploy.test_manifests import (
     DEPLOY,
     EXPORTER,
@@ -68,8 +69,23 @@ RENDERINGS: dict[str, dict[str, Any]] = {
     "network-policy": {"networkPolicy": {"enabled": True}, "devicePlugin": PLUGIN_ON},
     "image": {"image": {"registry": "registry.example.com", "repository": "x/podres", "tag": "9"}},
 }
+# The opt-in kubelet mounts (kubelet.podsApi, kubelet.files), both on, with the plugin.
+KUBELET_ALL = {"podsApi": {"enabled": True}, "files": {"enabled": True}}
+RENDERINGS.update(
+    {
+        "kubelet-mounts": {"kubelet": KUBELET_ALL, "devicePlugin": PLUGIN_ON},
+        "kubelet-mounts-k0s": {
+            "kubelet": KUBELET_ALL,
+            "kubeletRootDir": "/var/lib/k0s/kubelet",
+            "devicePlugin": PLUGIN_ON,
+        },
+    }
+)
 # checkov takes seconds per run: the renderings whose pod specs differ in what it checks.
-CHECKOV_RENDERINGS = ("default", "device-plugin", "gpu", "network-policy", "web-config")
+CHECKOV_RENDERINGS = (
+    *("default", "device-plugin", "gpu", "network-policy", "web-config"),
+    "kubelet-mounts",
+)
 
 
 def kinds(docs: list[Doc]) -> list[tuple[str, str]]:
@@ -582,3 +598,148 @@ def test_every_value_is_documented_and_declared() -> None:
         for part in name.split("."):
             assert isinstance(node, dict) and part in node, f"values.yaml does not set {name}"
             node = node[part]
+
+
+# ------------------------------------------------------------ the opt-in kubelet mounts
+
+# value -> {(volume name, host path under the root, container path, hostPath type)} it adds:
+# what the kustomize component of the same purpose adds.
+KUBELET_VALUES = {"podsApi": OPT_IN_VOLUMES["pods-api"], "files": OPT_IN_VOLUMES["kubelet-files"]}
+KUBELET_ANNOTATIONS = {"podsApi": "podres.io/pods-api", "files": "podres.io/kubelet-files"}
+
+
+def exporter_host_volumes(docs: list[Doc]) -> dict[str, tuple[Doc, Doc]]:
+    """The exporter's hostPath volumes by name, each with its container mount."""
+    spec = pod_spec(daemonset(docs))
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    return {v["name"]: (v, mounts[v["name"]]) for v in spec["volumes"] if "hostPath" in v}
+
+
+def template_for(helm: str, tmp_path: Path, values: dict[str, Any], version: str) -> list[Doc]:
+    """The chart's objects for ``values`` against an API server of ``version``."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(path)]
+    result = run_helm(helm, *args, "--kube-version", version)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+
+
+@pytest.mark.parametrize(
+    "values", [{}, {"kubelet": {"podsApi": {"enabled": "auto"}}}], ids=["default", "auto"]
+)
+def test_default_mounts_no_opt_in_kubelet_path(template: Template, values: dict[str, Any]) -> None:
+    """The defaults (and podsApi "auto" against Helm's own API version, older than 1.37)
+    mount neither the Pods API directory nor the kubelet's config file or device-plugins
+    directory, and annotate nothing about them."""
+    docs = template(values)
+    volumes = exporter_host_volumes(docs)
+    opted = {v[0] for added in KUBELET_VALUES.values() for v in added}
+    assert not opted & set(volumes)
+    kubelet = [v["hostPath"]["path"] for v, _ in volumes.values()]
+    assert [p for p in kubelet if p.startswith("/var/lib/kubelet")] == [
+        "/var/lib/kubelet/pod-resources"
+    ]
+    annotations = daemonset(docs)["metadata"]["annotations"]
+    assert not set(KUBELET_ANNOTATIONS.values()) & set(annotations)
+
+
+@pytest.mark.parametrize("value", sorted(KUBELET_VALUES))
+def test_each_kubelet_value_mounts_exactly_what_it_says(template: Template, value: str) -> None:
+    """kubelet.podsApi.enabled and kubelet.files.enabled each add exactly their kubelet
+    paths to the exporter, read-only, at the same paths in the container, typed so that a
+    node without them keeps the pod from starting rather than have them created, plus the
+    annotation naming them; nothing else changes."""
+    default = daemonset(template({}))
+    on = daemonset(template({"kubelet": {value: {"enabled": True}}}))
+    before = exporter_host_volumes([default])
+    added = {k: v for k, v in exporter_host_volumes([on]).items() if k not in before}
+    found = set()
+    for name, (volume, mount) in added.items():
+        assert mount.get("readOnly") is True
+        assert mount.get("mountPropagation", "None") == "None"
+        assert "subPath" not in mount
+        under_root = volume["hostPath"]["path"].removeprefix("/var/lib/kubelet/")
+        found.add((name, under_root, mount["mountPath"], volume["hostPath"]["type"]))
+    assert found == KUBELET_VALUES[value]
+    stripped = copy.deepcopy(on)
+    del stripped["metadata"]["annotations"][KUBELET_ANNOTATIONS[value]]
+    spec = pod_spec(stripped)
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in added]
+    container = spec["containers"][0]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in added]
+    assert stripped == default
+
+
+@pytest.mark.parametrize(
+    ("version", "mounted"),
+    [("1.36.4", False), ("1.37.0", True), ("v1.37.2-gke.1100", True), ("1.40.0", True)],
+)
+def test_pods_api_auto_follows_the_api_server_version(
+    helm: str, tmp_path: Path, version: str, mounted: bool
+) -> None:
+    """kubelet.podsApi.enabled "auto" mounts the Pods API directory when the API server is
+    1.37 or later (pre-releases and vendor builds of 1.37 included), not before."""
+    docs = template_for(helm, tmp_path, {"kubelet": {"podsApi": {"enabled": "auto"}}}, version)
+    assert ("pods-api" in exporter_host_volumes(docs)) is mounted
+
+
+def test_kubelet_root_dir_and_config_path_move_the_opt_in_paths(template: Template) -> None:
+    """kubeletRootDir moves the opt-in host paths with the others (the containers keep the
+    default paths); kubelet.files.configPath names the config file alone."""
+    root = "/var/snap/microk8s/common/var/lib/kubelet"
+    docs = template({"kubelet": KUBELET_ALL, "kubeletRootDir": root + "/"})
+    assert host_paths(docs, EXPORTER.name) == host_paths(template({}), EXPORTER.name) | {
+        "/var/lib/kubelet/pod-resources": f"{root}/pod-resources",
+        "/var/lib/kubelet/pods-api": f"{root}/pods-api",
+        "/var/lib/kubelet/config.yaml": f"{root}/config.yaml",
+        "/var/lib/kubelet/device-plugins": f"{root}/device-plugins",
+    }
+    files = {"enabled": True, "configPath": "/etc/kubernetes/kubelet-config.yaml"}
+    docs = template({"kubelet": {"files": files}, "kubeletRootDir": root})
+    paths = host_paths(docs, EXPORTER.name)
+    assert paths["/var/lib/kubelet/config.yaml"] == "/etc/kubernetes/kubelet-config.yaml"
+    assert paths["/var/lib/kubelet/device-plugins"] == f"{root}/device-plugins"
+
+
+def test_kubelet_values_are_the_kustomize_components(template: Template, tmp_path: Path) -> None:
+    """Both kubelet values on, the exporter equals the kustomize base with the pods-api and
+    kubelet-files components (volumes compared by name), annotations included."""
+    components = ("kubelet-files", "pods-api")
+    theirs = find(_render_components(tmp_path, components), "DaemonSet", EXPORTER.name)
+    ours = daemonset(template({"kubelet": KUBELET_ALL}))
+    assert _by_name(_comparable(ours)) == _by_name(_comparable(theirs))
+    for key in KUBELET_ANNOTATIONS.values():
+        assert ours["metadata"]["annotations"][key] == theirs["metadata"]["annotations"][key]
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"kubelet": {"podsApi": {"enabled": "yes"}}}, "kubelet.podsApi.enabled"),
+        ({"kubelet": {"files": {"enabled": "true"}}}, "kubelet.files.enabled"),
+        ({"kubelet": {"files": {"configPath": "etc/kubelet.yaml"}}}, "configPath"),
+        ({"kubelet": {"podsAPI": {"enabled": True}}}, "podsAPI"),
+    ],
+    ids=str,
+)
+def test_a_wrong_kubelet_value_refuses_to_render(
+    template: Template, values: dict[str, Any], named: str
+) -> None:
+    """A kubelet value of the wrong type, a misspelt one and a relative configPath refuse
+    to render, naming the value."""
+    assert named in render_failure(template, values)
+
+
+def _render_components(tmp_path: Path, components: tuple[str, ...]) -> list[Doc]:
+    """``kubectl kustomize`` of the base with ``components``."""
+    return _render(_kubectl(), _synthetic(tmp_path / "kustomize", "base", components))
+
+
+def _by_name(spec: Doc) -> Doc:
+    """A DaemonSet spec with its pod's volumes and mounts in name order."""
+    pod = spec["template"]["spec"]
+    pod["volumes"] = sorted(pod["volumes"], key=lambda v: v["name"])
+    for container in pod["containers"]:
+        container["volumeMounts"] = sorted(container["volumeMounts"], key=lambda m: m["name"])
+    return spec
