@@ -774,7 +774,11 @@ def test_gpu_overlay_adds_no_device_plugin(render: Render) -> None:
     with only the exporter's DaemonSet changed: no second nvidia.com/gpu plugin."""
     gpu = render("gpu")
     assert [d["metadata"]["name"] for d in gpu if d["kind"] == "DaemonSet"] == [EXPORTER.name]
-    assert "nvidia.com/gpu" not in yaml.safe_dump_all(gpu).replace("nvidia.com/gpu.present", "")
+    # The rules name nvidia.com/gpu as a resource they watch (the fit shapes); nothing else may.
+    installed = [d for d in gpu if d["kind"] != "PrometheusRule"]
+    assert "nvidia.com/gpu" not in yaml.safe_dump_all(installed).replace(
+        "nvidia.com/gpu.present", ""
+    )
     assert _without(gpu, {"DaemonSet"}) == _without(render("prometheus-operator"), {"DaemonSet"})
 
 
