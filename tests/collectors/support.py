@@ -378,7 +378,7 @@ TRAIN_UID = "0b9c2f4e-1d2a-4c5b-9e8f-7a6b5c4d3e2f"
 SERVE_UID = "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b"
 # ml/train: a Job's pod on the Pods API, GPU-a1 unhealthy; web/serve: a Deployment's pod
 # (its ReplicaSet named <deployment>-<hash>); kube-system/etcd-node: known by its log
-# directory alone.
+# directory alone (served: the Pods API has not synced yet).
 POD_DIRECTORIES = {
     Route.PODS_API: PodDirectory(
         Route.PODS_API,
@@ -411,6 +411,7 @@ POD_DIRECTORIES = {
                 ),
             }
         ),
+        synced=False,
         taken_at=1_700_000_000.0,
     ),
     Route.LOG_DIRS: PodDirectory(

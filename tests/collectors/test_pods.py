@@ -34,7 +34,7 @@ podres_pod_identity_source_up{route="apiserver"} 0.0
 podres_pod_identity_source_up{route="log-dirs"} 0.0
 # HELP podres_pod_identity_source_synced 1 when the route's answer holds the whole node (the Pods API after its initial sync, a watch after its first list).
 # TYPE podres_pod_identity_source_synced gauge
-podres_pod_identity_source_synced{route="pods-api"} 1.0
+podres_pod_identity_source_synced{route="pods-api"} 0.0
 podres_pod_identity_source_synced{route="apiserver"} 0.0
 podres_pod_identity_source_synced{route="log-dirs"} 1.0
 # HELP podres_pod_identity_source_stale 1 when the route's answer served is the last good one, kept while it is down.
@@ -55,8 +55,8 @@ podres_pod_identity_source_last_success_timestamp_seconds{route="log-dirs"} 1.69
 
 def test_pods_collector_exact_text() -> None:
     """One info series per pod (a Deployment resolved from its ReplicaSet, a log-directory
-    pod with its UID alone), its allowed labels, a container's device health with the
-    device's identity from the join, and each route's state."""
+    pod with its UID alone while the Pods API syncs), its allowed labels, a container's
+    device health with the device's identity from the join, and each route's state."""
     assert exposition(pods.COLLECTOR, rich_view()) == EXPECTED
 
 

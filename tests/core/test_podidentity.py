@@ -33,12 +33,21 @@ def _logs(name: str, uid: str) -> PodMeta:
 
 
 def test_the_richest_route_wins_and_log_dirs_fill_in() -> None:
-    """A UID both routes know is the Pods API's; one only the log directories know is
-    served with its UID alone."""
+    """A UID both routes know is the Pods API's; while the Pods API is still syncing, one
+    only the log directories know is served with its UID alone; once it holds the whole
+    node, such a log directory is a deleted pod's and is not served."""
+    logs = _dir(Route.LOG_DIRS, _logs("db-0", "u0"), _logs("old", "u9"))
+    synced = merge({Route.LOG_DIRS: logs, Route.PODS_API: _dir(Route.PODS_API, _api("db-0", "u0"))})
+    assert [r.pod for r in synced.pods] == ["db-0"]
+    stale = _dir(Route.PODS_API, _api("db-0", "u0"), stale=True)
+    assert [r.pod for r in merge({Route.LOG_DIRS: logs, Route.PODS_API: stale}).pods] == [
+        "db-0",
+        "old",
+    ]
     identity = merge(
         {
-            Route.LOG_DIRS: _dir(Route.LOG_DIRS, _logs("db-0", "u0"), _logs("old", "u9")),
-            Route.PODS_API: _dir(Route.PODS_API, _api("db-0", "u0")),
+            Route.LOG_DIRS: logs,
+            Route.PODS_API: _dir(Route.PODS_API, _api("db-0", "u0"), synced=False),
         }
     )
     rows = {r.pod: r for r in identity.pods}
@@ -64,7 +73,7 @@ def test_a_recreated_pod_is_served_as_its_current_uid() -> None:
     # API's pod is served, even when it has failed.
     both = merge(
         {
-            Route.PODS_API: _dir(Route.PODS_API, _api("db-0", "aa", "Failed")),
+            Route.PODS_API: _dir(Route.PODS_API, _api("db-0", "aa", "Failed"), synced=False),
             Route.LOG_DIRS: _dir(Route.LOG_DIRS, _logs("db-0", "zz")),
         }
     )

@@ -206,3 +206,37 @@ def test_a_pod_recreated_under_its_name_is_a_new_uid_and_the_old_ones_series_go(
         wait_until(lambda: uids("postgres-0") == {again.uid}, timeout=10)
     finally:
         reader.close()
+
+
+def test_a_watcher_dropped_by_the_kubelet_recovers_without_losing_a_pod(
+    make_sim: Callable[..., SimKubelet],
+) -> None:
+    """The kubelet drops the exporter's watch (RESOURCE_EXHAUSTED) and a pod comes and goes
+    meanwhile: once the route has synced again, podres_pod_info lists every pod the
+    kubelet serves, the new one included, and the gone one not, never fewer in between."""
+    sim = make_sim("demo")
+    reader = NodeReader.from_settings(exporter_settings(sim), gpu_backend=sim.host.gpu_backend())  # type: ignore[attr-defined]
+
+    def served() -> dict[tuple[str, str], str]:
+        view = reader.view(reader.observe(), generation=1)
+        fam = next(f for f in reader.families(view, "0") if f.name == "podres_pod")
+        return {(s.labels["namespace"], s.labels["pod"]): s.labels["uid"] for s in fam.samples}
+
+    def kubelets() -> dict[tuple[str, str], str]:
+        return {(p.namespace, p.name): p.uid for p in sim.node.pods}
+
+    try:
+        wait_until(lambda: served() == kubelets(), timeout=10)
+        api = sim.pods_api
+        assert api is not None
+        assert api.drop_watchers() == 1
+        gone = next(p for p in sim.node.pods if p.name == "clickhouse-0")
+        sim.node.remove(gone.namespace, gone.name)
+        sim.node.admit(gone.spec, name="clickhouse-1")
+        seen = served()
+        assert len(seen) >= len(kubelets()) - 1  # the last answer, kept while reconnecting
+        wait_until(lambda: served() == kubelets(), timeout=15)
+        assert ("data", "clickhouse-0") not in served()
+        assert ("data", "clickhouse-1") in served()
+    finally:
+        reader.close()

@@ -42,6 +42,9 @@ NOT_ON_THE_DEMO = {
     'podres_node_device_info{state="allocated_unhealthy"}': (
         "the demo's one unhealthy device (an SR-IOV VF) is held by no pod"
     ),
+    'podres_container_device_health_info{health="Unhealthy"}': (
+        "the same: the kubelet's per-container health names only held devices, all healthy"
+    ),
     **{
         f'podres_pci_{name}{{{_EXPORTER},pod!=""}}': _VF_LINK
         for name in (

@@ -3,8 +3,11 @@
 Routes rank by what they say: the kubelet's Pods API and the API server give the whole
 pod (UID, phase, QoS class, owners, labels, device health), the log directories
 (``/var/log/pods/<namespace>_<pod>_<uid>``) the UID alone, on every kubelet version.
-For each UID the richest route that knows it wins for everything; a pod only the log
-directories know is served with its UID and nothing else.
+For each UID the richest route that knows it wins for everything. While a richer route
+holds the whole node (synced, not stale) it is the node's list of pods: a log directory
+it does not know is a deleted pod's, not yet removed, and is not served. Otherwise (no
+richer route, or one still syncing or down) a pod only the log directories know is
+served with its UID and nothing else.
 
 One series per pod name: a pod re-created under the same name is a new UID, and while
 the node still knows the old incarnation (a pod force-deleted, an old log directory not
@@ -157,9 +160,14 @@ def merge(
 ) -> PodIdentity:
     """The node's pods from every route's current answer (None: the route not there)."""
     by_uid: dict[str, PodMeta] = {}
+    whole = any(
+        d is not None and d.synced and not d.stale
+        for r, d in directories.items()
+        if r is not Route.LOG_DIRS
+    )
     for route in RANK:
         d = directories.get(route)
-        if d is None:
+        if d is None or (whole and route is Route.LOG_DIRS):
             continue
         for uid, meta in d.pods.items():
             by_uid.setdefault(uid, meta)
