@@ -10,6 +10,7 @@ from podres_exporter.core.podlabels import NOTHING
 from podres_exporter.core.podmeta import PodDirectory, Route
 from podres_exporter.sources.logdirs import LogDirSource
 from podres_exporter.sources.poddirectory import IdentityReader, pods_api_socket
+from podres_sim.kubelet.podsapi import pods_api_socket_for
 
 U1 = "0b9c2f4e-1d2a-4c5b-9e8f-7a6b5c4d3e2f"
 U2 = "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b"
@@ -97,8 +98,11 @@ def test_the_identity_reader_merges_once_and_survives_a_broken_route(tmp_path: P
 
 
 def test_the_pods_api_socket_is_found_beside_the_pod_resources_one() -> None:
-    """<root>/pod-resources/kubelet.sock -> <root>/pods-api/pods-api.sock."""
+    """<root>/pod-resources/kubelet.sock -> <root>/pods-api/pods-api.sock; a socket in a
+    directory of another name has its own directory beside it, where the simulator serves."""
     assert pods_api_socket("/var/lib/kubelet/pod-resources/kubelet.sock") == Path(
         "/var/lib/kubelet/pods-api/pods-api.sock"
     )
-    assert pods_api_socket("/tmp/x/kubelet.sock") == Path("/tmp/x/pods-api/pods-api.sock")
+    flat = Path("/tmp/x/kubelet-0.sock")
+    assert pods_api_socket(str(flat)) == Path("/tmp/x/kubelet-0-pods-api/pods-api.sock")
+    assert pods_api_socket_for(flat) == pods_api_socket(str(flat))

@@ -196,8 +196,6 @@ def run_demo(settings: Settings, *, scenario: str, churn_s: float) -> int:
             path_container_logs=str(host.container_logs),
             kubelet_config=str(host.kubelet_config),
             kubelet_device_checkpoint=str(host.device_checkpoint),
-            # The simulator's Pods API socket: its own directory beside the flat socket.
-            kubelet_pods_api_socket=str(sim.pods_api_socket_path),
             node_name=sc.name,  # the simulated node's, as a kubelet's would be its node's
         )
         exporter = Exporter(node_settings, gpu_backend=host.gpu_backend())

@@ -38,11 +38,15 @@ PODS_API_SOCKET = Path("pods-api", "pods-api.sock")
 
 def pods_api_socket(kubelet_socket: str) -> Path:
     """The Pods API socket of the kubelet whose pod-resources socket is ``kubelet_socket``:
-    ``<root>/pod-resources/kubelet.sock`` -> ``<root>/pods-api/pods-api.sock`` (a socket
-    in a directory of another name: ``pods-api/`` beside it)."""
-    parent = Path(kubelet_socket).parent
-    root = parent.parent if parent.name == "pod-resources" else parent
-    return root / PODS_API_SOCKET
+    ``<root>/pod-resources/kubelet.sock`` -> ``<root>/pods-api/pods-api.sock``, the
+    kubelet's layout. A socket in a directory of another name (a kubelet that is not one,
+    such as several simulated ones side by side) has a directory of its own beside it:
+    ``<dir>/<socket stem>-pods-api/pods-api.sock``. The simulated kubelet serves there."""
+    socket = Path(kubelet_socket)
+    parent = socket.parent
+    if parent.name == "pod-resources":
+        return parent.parent / PODS_API_SOCKET
+    return parent / f"{socket.stem}-pods-api" / PODS_API_SOCKET.name
 
 
 class DirectorySettings(Protocol):

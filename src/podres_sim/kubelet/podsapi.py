@@ -38,6 +38,7 @@ import grpc
 import structlog
 
 from podres_exporter._generated.podsapi.v1alpha1 import api_pb2 as pods_pb2
+from podres_exporter.sources.poddirectory import pods_api_socket
 from podres_sim.kubelet.grpcserve import bind, old_inode_held, shut_down, unlink_socket
 from podres_sim.kubelet.node import Node
 from podres_sim.kubelet.pods import PodState
@@ -74,13 +75,10 @@ _WAKE_S = 0.05  # how often a waiting watch looks whether its client or server w
 
 def pods_api_socket_for(pod_resources_socket: Path) -> Path:
     """Where a kubelet whose pod-resources socket is ``pod_resources_socket`` serves the
-    Pods API: ``<root>/pods-api/pods-api.sock`` beside ``<root>/pod-resources/``. A
-    socket in a directory of another name (several simulators side by side) gets a
-    directory of its own beside it: ``<socket stem>-pods-api/pods-api.sock``."""
-    parent = pod_resources_socket.parent
-    if parent.name == "pod-resources":
-        return parent.parent / "pods-api" / "pods-api.sock"
-    return parent / f"{pod_resources_socket.stem}-pods-api" / "pods-api.sock"
+    Pods API: where the exporter looks for it (``sources.poddirectory.pods_api_socket``:
+    ``<root>/pods-api/`` beside ``<root>/pod-resources/``, else ``<socket stem>-pods-api/``
+    beside the socket, so that several simulators can share a directory)."""
+    return pods_api_socket(str(pod_resources_socket))
 
 
 _Health = tuple[tuple[tuple[str, str], str], ...]  # ((resource, device id), health) ...
