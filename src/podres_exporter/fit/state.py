@@ -14,7 +14,9 @@ Which family gives what (docs/metrics.md has each):
   ones) and ``podres_node_devices{state="free"}``; without the first, every id the
   kubelet reports (``podres_node_devices``, all states);
 - memory: ``podres_node_allocatable_memory_bytes`` and ``podres_node_memory_bytes{state=
-  "free"}`` per type and NUMA node;
+  "free"}`` per type and NUMA node; the memory manager's NUMA groups from
+  ``podres_node_memory_bytes{state="allocated"}`` per placement (a block pinned across
+  nodes is under their joint label, ``0,1``);
 - ``podres_node_numa_distance{numa_node,to_numa_node}``.
 
 The metrics carry counts, not ids: the state is made of counts alone. Its CPU ids and
@@ -188,6 +190,8 @@ class _Counts:
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0]))
     )
     distances: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    # Pinned memory per NUMA placement (``"0"``, ``"0,1"``), all types together.
+    pinned: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def key(self, policies: Policies) -> tuple[Any, ...]:
         """Every count the state is made of, with the policies: one key, one state."""
@@ -198,7 +202,7 @@ class _Counts:
         return (
             policies, self.threads, frozen(self.cpus), frozen(self.free_cores),
             frozen(self.registered), frozen(self.devices), frozen(self.healthy),
-            frozen(self.memory), frozen(self.distances),
+            frozen(self.memory), frozen(self.distances), frozen(self.pinned),
         )  # fmt: skip
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:  # noqa: PLR0912 - one branch per family
@@ -222,6 +226,8 @@ class _Counts:
             self.devices[(labels.get("resource", ""), numa)][labels.get("state", "")] = amount
         elif name == ALLOCATABLE_DEVICES:
             self.healthy[labels.get("resource", "")][numa] = amount
+        elif name == MEMORY and labels.get("state") == "allocated":
+            self.pinned[numa] += amount
         elif name in (MEMORY, ALLOCATABLE_MEMORY) and numa.isdigit():
             kind = labels.get("memory_type", "")
             if name == ALLOCATABLE_MEMORY:
@@ -335,6 +341,27 @@ def _devices(c: _Counts) -> tuple[dict[str, tuple[DeviceInfo, ...]], dict[str, f
     return devices, free_ids
 
 
+def _memory_groups(c: _Counts) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+    """The memory manager's NUMA groups (its machine state's ``Cells``) and which NUMA
+    nodes hold pinned memory (``NumberOfAssignments`` above 0), from the allocated
+    memory per placement: a block pinned across nodes is exported under their joint
+    label (``0,1``), and the rules forbid a node already in a group from being used
+    alone, and a node used alone from joining a group (memorymanager/policy_static.go
+    ``calculateHints``). The number of blocks is not exported: one per placement
+    stands for them (the rules ask only whether there is any)."""
+    cells: dict[int, tuple[int, ...]] = {}
+    assignments: dict[int, int] = {}
+    for label, amount in sorted(c.pinned.items()):
+        nodes = _numa_set(label)
+        if amount <= 0 or not nodes:
+            continue
+        group = tuple(sorted(nodes))
+        for n in group:
+            assignments[n] = assignments.get(n, 0) + 1
+            cells[n] = group
+    return cells, assignments
+
+
 def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
     """The admission state of ``node`` from its samples (every family of :data:`FAMILIES`
     it has; the others are ignored)."""
@@ -366,6 +393,7 @@ def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
         if kind in MEMORY_TYPES
     }
     distances = {a: dict(sorted(row.items())) for a, row in sorted(c.distances.items())}
+    cells, assignments = _memory_groups(c)
     state = NodeState(
         policies=policies,
         cpus=cpus,
@@ -376,5 +404,7 @@ def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
         memory=memory,
         distances=distances,
         numa_nodes=tuple(sorted(c.cpus)),
+        memory_cells=cells,
+        memory_assignments=assignments,
     )
     return NodeFacts(node, state, known, c.kubelet_up != 0, tuple(notes), c.key(policies))
