@@ -256,3 +256,33 @@ def test_memory_pinned_across_numa_nodes_is_a_group_through_the_metrics(
     assert (got.phase, got.reason) == ("Failed", "TopologyAffinityError")
     assert (predicted["admitted"], predicted["reason"]) == (False, "TopologyAffinityError")
     assert predicted["more"] == 0
+
+
+def test_memory_alone_and_in_a_group_on_one_numa_node(
+    make_sim: MakeSim,
+    make_exporter: Callable[..., Exporter],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """A pod whose memory fits no single NUMA node, and may not join nodes used alone,
+    is pinned across every node by the merged default hint: node 0 then holds memory
+    alone and in the group, and the group's block was taken from node 0 first. fit takes
+    the group, and the free memory as the kubelet took it (not the exported even split),
+    and predicts that the next pod's memory fits nowhere, as the kubelet finds."""
+    spec = NodeSpec.uniform(
+        2, 4, cpu_policy="none", memory_policy="static", memory={"memory": "2Gi"},
+        topology_policy="restricted", topology_scope="container",
+    )  # fmt: skip
+    sim = make_sim(Scenario(node=spec))
+    exporter = make_exporter(sim, poll_interval_s=3600.0)
+    assert exporter.store.wait_for(lambda view: True, 10) is not None
+    node = Node(sim, exporter, capsys, tmp_path)
+    for name, memory, where in (("a", "1536Mi", (0,)), ("b", "1Gi", (1,)), ("c", "1280Mi", (0, 1))):
+        got = sim.admit(PodSpec.of("gen", name, ContainerSpec.of("c", cpu=1, memory=memory)))
+        assert [g.numa for g in got.containers[0].memory] == [where]
+    node.poll()
+    last = PodSpec.of("gen", "d", ContainerSpec.of("c", cpu=1, memory="320Mi"))
+    predicted = node.fit(pod_shape(last))
+    got = sim.admit(last)
+    assert (got.phase, got.reason) == ("Failed", "UnexpectedAdmissionError")
+    assert (predicted["admitted"], predicted["reason"]) == (False, "UnexpectedAdmissionError")

@@ -190,8 +190,10 @@ class _Counts:
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0]))
     )
     distances: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
-    # Pinned memory per NUMA placement (``"0"``, ``"0,1"``), all types together.
-    pinned: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Pinned memory per type and NUMA placement (``"0"``, ``"0,1"``).
+    pinned: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
 
     def key(self, policies: Policies) -> tuple[Any, ...]:
         """Every count the state is made of, with the policies: one key, one state."""
@@ -227,7 +229,7 @@ class _Counts:
         elif name == ALLOCATABLE_DEVICES:
             self.healthy[labels.get("resource", "")][numa] = amount
         elif name == MEMORY and labels.get("state") == "allocated":
-            self.pinned[numa] += amount
+            self.pinned[labels.get("memory_type", "")][numa] += amount
         elif name in (MEMORY, ALLOCATABLE_MEMORY) and numa.isdigit():
             kind = labels.get("memory_type", "")
             if name == ALLOCATABLE_MEMORY:
@@ -341,25 +343,69 @@ def _devices(c: _Counts) -> tuple[dict[str, tuple[DeviceInfo, ...]], dict[str, f
     return devices, free_ids
 
 
+def _placements(per_label: Mapping[str, int]) -> list[tuple[tuple[int, ...], int]]:
+    """Pinned bytes per placement, each node alone first, then the groups narrowest
+    first (the widest last: see :func:`_memory_groups`)."""
+    placed = []
+    for label, amount in per_label.items():
+        nodes = _numa_set(label)
+        if nodes and amount > 0:
+            placed.append((tuple(sorted(nodes)), amount))
+    return sorted(placed, key=lambda p: (len(p[0]), p[0]))
+
+
 def _memory_groups(c: _Counts) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
     """The memory manager's NUMA groups (its machine state's ``Cells``) and which NUMA
     nodes hold pinned memory (``NumberOfAssignments`` above 0), from the allocated
     memory per placement: a block pinned across nodes is exported under their joint
-    label (``0,1``), and the rules forbid a node already in a group from being used
-    alone, and a node used alone from joining a group (memorymanager/policy_static.go
-    ``calculateHints``). The number of blocks is not exported: one per placement
-    stands for them (the rules ask only whether there is any)."""
+    label (``0,1``). The rules forbid a node in a group from being used alone, and a
+    node used alone from joining a group (memorymanager/policy_static.go
+    ``calculateHints``); the number of blocks is not exported, one per placement stands
+    for them (the rules ask only whether there is any).
+
+    A node can hold memory alone and in a group at once: a pod whose merged hint is
+    every NUMA node (no NUMA-managed resource but its memory, which fits no narrower
+    mask) is pinned across all of them, whatever they hold (``Allocate`` only checks the
+    hint holds the request). Its ``Cells`` are then those of the node's last block
+    (``updateMachineState``), an order the metrics do not carry: the group is taken, the
+    widest where there are several, as that is how such states mostly arise."""
     cells: dict[int, tuple[int, ...]] = {}
     assignments: dict[int, int] = {}
-    for label, amount in sorted(c.pinned.items()):
-        nodes = _numa_set(label)
-        if amount <= 0 or not nodes:
-            continue
-        group = tuple(sorted(nodes))
+    every: dict[str, int] = defaultdict(int)
+    for per in c.pinned.values():
+        for label, amount in per.items():
+            every[label] += amount
+    for group, _ in _placements(every):
         for n in group:
             assignments[n] = assignments.get(n, 0) + 1
             cells[n] = group
     return cells, assignments
+
+
+def _memory(c: _Counts) -> dict[str, dict[int, NumaMemory]]:
+    """Allocatable and free memory per type and NUMA node. Free is taken as the memory
+    manager keeps it (``updateMachineState``): a block pinned across nodes is taken
+    from the first of them, then the next; the exported free share splits it evenly
+    (never below 0), which loses memory where one node's share is larger than what it
+    had. Without the allocated series, the exported free is used."""
+    out: dict[str, dict[int, NumaMemory]] = {}
+    for kind, per in sorted(c.memory.items()):
+        if kind not in MEMORY_TYPES:
+            continue
+        pinned = c.pinned.get(kind)
+        if not pinned:
+            out[kind] = {n: NumaMemory(a, min(a, f)) for n, (a, f) in sorted(per.items())}
+            continue
+        free = {n: a for n, (a, _) in per.items()}
+        for nodes, amount in _placements(pinned):
+            need = amount
+            for n in nodes:
+                got = min(max(0, free.get(n, 0)), need)
+                if n in free:
+                    free[n] -= got
+                need -= got
+        out[kind] = {n: NumaMemory(a, max(0, free[n])) for n, (a, _) in sorted(per.items())}
+    return out
 
 
 def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
@@ -387,11 +433,7 @@ def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
         notes.append("no CPU counts (podres_node_cpus): no exclusive CPUs can be given")
     cpus, free, reserved = _cpus(c)
     devices, free_devices = _devices(c)
-    memory = {
-        kind: {n: NumaMemory(allocatable=a, free=min(a, f)) for n, (a, f) in sorted(per.items())}
-        for kind, per in sorted(c.memory.items())
-        if kind in MEMORY_TYPES
-    }
+    memory = _memory(c)
     distances = {a: dict(sorted(row.items())) for a, row in sorted(c.distances.items())}
     cells, assignments = _memory_groups(c)
     state = NodeState(
