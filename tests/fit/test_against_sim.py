@@ -189,7 +189,14 @@ def _run_node(node: Node, rng: random.Random, spec: NodeSpec, where: str) -> tup
 
 def _count_in_a_row(node: Node, rng: random.Random, where: str) -> None:
     """``more`` is how many of the shape the kubelet then admits one after the other."""
-    candidate = _pod(rng, "more", init=False)
+    gpus = rng.choice([0, 0, 1])
+    small = ContainerSpec.of(
+        "c",
+        cpu=rng.choice([0.5, 1, 2]),
+        memory=rng.choice(["128Mi", "256Mi"]),
+        devices={GPU: gpus} if gpus else None,
+    )
+    candidate = PodSpec.of("gen", "more", small)
     predicted = node.fit(pod_shape(candidate))
     if predicted["more_capped"]:
         return
