@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from podres_exporter.core.topology import CpuPolicy, MemoryPolicy, Scope, TopologyPolicy
+from podres_exporter.core.topology import (
+    Container,
+    CpuPolicy,
+    MemoryPolicy,
+    Pod,
+    Reason,
+    Scope,
+    TopologyPolicy,
+    admit,
+)
 from podres_exporter.fit.state import node_facts, policies_from
 from podres_exporter.top.rows import Sample
 
@@ -55,6 +64,24 @@ def test_cpus_keep_each_numa_nodes_free_cpus_whole_cores_and_reserved() -> None:
     whole = [ids for ids in cores.values() if all(i in st.free_cpus for i in ids)]
     assert Counter(numa_of[ids[0]] for ids in whole) == {0: 2, 1: 6}
     assert all(len(ids) == 2 for ids in cores.values())
+
+
+def test_free_cpus_beside_reserved_ones_are_not_physical_under_full_pcpus_only() -> None:
+    """Reserved CPUs 0 and 1 on two cores of an SMT node (each beside a free sibling),
+    one core held whole, one core free: under full-pcpus-only only the whole free core
+    is physical, so 4 CPUs are refused (SMTAlignmentError) and 2 admitted."""
+    config = {**CONFIG, "memory_manager_policy": "None"}  # CONFIG has full-pcpus-only
+    samples = [
+        s("podres_kubelet_config_info", 1, **config),
+        s("podres_node_cpu_threads_per_core", 2),
+        *cpu_samples("0", free=4, reserved=2, exclusive=2, cores=1),
+    ]
+    st = node_facts("n", samples).state
+    assert st.policies.full_pcpus_only
+    asks = [{"cpu": n * 1000, "memory": GI} for n in (4, 2)]
+    four, two = (Pod("p", (Container("c", a, a),)) for a in asks)
+    assert admit(st, four).reason is Reason.SMT_ALIGNMENT
+    assert admit(st, two).admitted
 
 
 def test_devices_keep_registered_healthy_and_free_per_numa_node() -> None:

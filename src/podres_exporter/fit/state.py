@@ -277,7 +277,12 @@ def _numa_cpus(
     cpus: list[CpuInfo] = []
     free: list[int] = []
     reserved: list[int] = []
-    layout = _core_layout(n_free, ["r"] * n_res + ["x"] * n_excl, whole, threads)
+    # The reserved CPUs are placed first beside the free CPUs that are not in whole
+    # cores: under full-pcpus-only the CPU manager hands out whole cores only, so the
+    # sibling of a reserved CPU is free (or reserved), and it is not a physical CPU the
+    # option lets be taken (policy_static.go ``GetAvailablePhysicalCPUs``: the reserved
+    # CPUs' cores are left out). Without the option the cores do not change admission.
+    layout = _core_layout(n_free, ["x"] * n_excl + ["r"] * n_res, whole, threads)
     for offset, core in enumerate(layout):
         for kind in core:
             cpu = CpuInfo(id=first_id + len(cpus), core=first_core + offset, socket=numa, numa=numa)
