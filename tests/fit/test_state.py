@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from podres_exporter.core.topology import CpuPolicy, MemoryPolicy, Scope, TopologyPolicy
+from podres_exporter.core.topology import (
+    Container,
+    CpuPolicy,
+    MemoryPolicy,
+    Pod,
+    Reason,
+    Scope,
+    TopologyPolicy,
+    admit,
+)
 from podres_exporter.fit.state import node_facts, policies_from
 from podres_exporter.top.rows import Sample
 
@@ -57,6 +66,24 @@ def test_cpus_keep_each_numa_nodes_free_cpus_whole_cores_and_reserved() -> None:
     assert all(len(ids) == 2 for ids in cores.values())
 
 
+def test_free_cpus_beside_reserved_ones_are_not_physical_under_full_pcpus_only() -> None:
+    """Reserved CPUs 0 and 1 on two cores of an SMT node (each beside a free sibling),
+    one core held whole, one core free: under full-pcpus-only only the whole free core
+    is physical, so 4 CPUs are refused (SMTAlignmentError) and 2 admitted."""
+    config = {**CONFIG, "memory_manager_policy": "None"}  # CONFIG has full-pcpus-only
+    samples = [
+        s("podres_kubelet_config_info", 1, **config),
+        s("podres_node_cpu_threads_per_core", 2),
+        *cpu_samples("0", free=4, reserved=2, exclusive=2, cores=1),
+    ]
+    st = node_facts("n", samples).state
+    assert st.policies.full_pcpus_only
+    asks = [{"cpu": n * 1000, "memory": GI} for n in (4, 2)]
+    four, two = (Pod("p", (Container("c", a, a),)) for a in asks)
+    assert admit(st, four).reason is Reason.SMT_ALIGNMENT
+    assert admit(st, two).admitted
+
+
 def test_devices_keep_registered_healthy_and_free_per_numa_node() -> None:
     """Every registered device is there with its NUMA nodes (none, one or several), the
     unhealthy ones marked, the free ones listed."""
@@ -100,12 +127,14 @@ def test_devices_without_the_registered_family_are_every_id_reported() -> None:
 
 
 def test_memory_per_type_and_numa_node() -> None:
-    """Allocatable and free memory per type and NUMA node; a joint label is not a NUMA node."""
+    """Allocatable and free memory per type and NUMA node; a joint label is not a NUMA
+    node, and its block is taken from its first NUMA node on (the memory manager's way),
+    not split evenly as the exported free share is."""
     alloc, mem = "podres_node_allocatable_memory_bytes", "podres_node_memory_bytes"
     huge = "hugepages-1Gi"
     samples = [
         s(alloc, 64 * GI, numa_node="0", memory_type="memory"),
-        s(mem, 40 * GI, numa_node="0", memory_type="memory", state="free"),
+        s(mem, 55.5 * GI, numa_node="0", memory_type="memory", state="free"),
         s(mem, 8 * GI, numa_node="0", memory_type="memory", state="allocated"),
         s(mem, GI, numa_node="0,1", memory_type="memory", state="allocated"),
         s(alloc, 4 * GI, numa_node="1", memory_type=huge),
@@ -113,7 +142,7 @@ def test_memory_per_type_and_numa_node() -> None:
     ]
     st = node_facts("n", samples).state
     assert st.memory["memory"][0].allocatable == 64 * GI
-    assert st.memory["memory"][0].free == 40 * GI
+    assert st.memory["memory"][0].free == 55 * GI
     assert set(st.memory["memory"]) == {0}
     assert st.memory["hugepages-1Gi"][1].free == 4 * GI
 

@@ -14,7 +14,9 @@ Which family gives what (docs/metrics.md has each):
   ones) and ``podres_node_devices{state="free"}``; without the first, every id the
   kubelet reports (``podres_node_devices``, all states);
 - memory: ``podres_node_allocatable_memory_bytes`` and ``podres_node_memory_bytes{state=
-  "free"}`` per type and NUMA node;
+  "free"}`` per type and NUMA node; the memory manager's NUMA groups from
+  ``podres_node_memory_bytes{state="allocated"}`` per placement (a block pinned across
+  nodes is under their joint label, ``0,1``);
 - ``podres_node_numa_distance{numa_node,to_numa_node}``.
 
 The metrics carry counts, not ids: the state is made of counts alone. Its CPU ids and
@@ -188,6 +190,10 @@ class _Counts:
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: [0, 0]))
     )
     distances: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    # Pinned memory per type and NUMA placement (``"0"``, ``"0,1"``).
+    pinned: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
 
     def key(self, policies: Policies) -> tuple[Any, ...]:
         """Every count the state is made of, with the policies: one key, one state."""
@@ -198,7 +204,7 @@ class _Counts:
         return (
             policies, self.threads, frozen(self.cpus), frozen(self.free_cores),
             frozen(self.registered), frozen(self.devices), frozen(self.healthy),
-            frozen(self.memory), frozen(self.distances),
+            frozen(self.memory), frozen(self.distances), frozen(self.pinned),
         )  # fmt: skip
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:  # noqa: PLR0912 - one branch per family
@@ -222,6 +228,8 @@ class _Counts:
             self.devices[(labels.get("resource", ""), numa)][labels.get("state", "")] = amount
         elif name == ALLOCATABLE_DEVICES:
             self.healthy[labels.get("resource", "")][numa] = amount
+        elif name == MEMORY and labels.get("state") == "allocated":
+            self.pinned[labels.get("memory_type", "")][numa] += amount
         elif name in (MEMORY, ALLOCATABLE_MEMORY) and numa.isdigit():
             kind = labels.get("memory_type", "")
             if name == ALLOCATABLE_MEMORY:
@@ -269,7 +277,12 @@ def _numa_cpus(
     cpus: list[CpuInfo] = []
     free: list[int] = []
     reserved: list[int] = []
-    layout = _core_layout(n_free, ["r"] * n_res + ["x"] * n_excl, whole, threads)
+    # The reserved CPUs are placed first beside the free CPUs that are not in whole
+    # cores: under full-pcpus-only the CPU manager hands out whole cores only, so the
+    # sibling of a reserved CPU is free (or reserved), and it is not a physical CPU the
+    # option lets be taken (policy_static.go ``GetAvailablePhysicalCPUs``: the reserved
+    # CPUs' cores are left out). Without the option the cores do not change admission.
+    layout = _core_layout(n_free, ["x"] * n_excl + ["r"] * n_res, whole, threads)
     for offset, core in enumerate(layout):
         for kind in core:
             cpu = CpuInfo(id=first_id + len(cpus), core=first_core + offset, socket=numa, numa=numa)
@@ -335,6 +348,71 @@ def _devices(c: _Counts) -> tuple[dict[str, tuple[DeviceInfo, ...]], dict[str, f
     return devices, free_ids
 
 
+def _placements(per_label: Mapping[str, int]) -> list[tuple[tuple[int, ...], int]]:
+    """Pinned bytes per placement, each node alone first, then the groups narrowest
+    first (the widest last: see :func:`_memory_groups`)."""
+    placed = []
+    for label, amount in per_label.items():
+        nodes = _numa_set(label)
+        if nodes and amount > 0:
+            placed.append((tuple(sorted(nodes)), amount))
+    return sorted(placed, key=lambda p: (len(p[0]), p[0]))
+
+
+def _memory_groups(c: _Counts) -> tuple[dict[int, tuple[int, ...]], dict[int, int]]:
+    """The memory manager's NUMA groups (its machine state's ``Cells``) and which NUMA
+    nodes hold pinned memory (``NumberOfAssignments`` above 0), from the allocated
+    memory per placement: a block pinned across nodes is exported under their joint
+    label (``0,1``). The rules forbid a node in a group from being used alone, and a
+    node used alone from joining a group (memorymanager/policy_static.go
+    ``calculateHints``); the number of blocks is not exported, one per placement stands
+    for them (the rules ask only whether there is any).
+
+    A node can hold memory alone and in a group at once: a pod whose merged hint is
+    every NUMA node (no NUMA-managed resource but its memory, which fits no narrower
+    mask) is pinned across all of them, whatever they hold (``Allocate`` only checks the
+    hint holds the request). Its ``Cells`` are then those of the node's last block
+    (``updateMachineState``), an order the metrics do not carry: the group is taken, the
+    widest where there are several, as that is how such states mostly arise."""
+    cells: dict[int, tuple[int, ...]] = {}
+    assignments: dict[int, int] = {}
+    every: dict[str, int] = defaultdict(int)
+    for per in c.pinned.values():
+        for label, amount in per.items():
+            every[label] += amount
+    for group, _ in _placements(every):
+        for n in group:
+            assignments[n] = assignments.get(n, 0) + 1
+            cells[n] = group
+    return cells, assignments
+
+
+def _memory(c: _Counts) -> dict[str, dict[int, NumaMemory]]:
+    """Allocatable and free memory per type and NUMA node. Free is taken as the memory
+    manager keeps it (``updateMachineState``): a block pinned across nodes is taken
+    from the first of them, then the next; the exported free share splits it evenly
+    (never below 0), which loses memory where one node's share is larger than what it
+    had. Without the allocated series, the exported free is used."""
+    out: dict[str, dict[int, NumaMemory]] = {}
+    for kind, per in sorted(c.memory.items()):
+        if kind not in MEMORY_TYPES:
+            continue
+        pinned = c.pinned.get(kind)
+        if not pinned:
+            out[kind] = {n: NumaMemory(a, min(a, f)) for n, (a, f) in sorted(per.items())}
+            continue
+        free = {n: a for n, (a, _) in per.items()}
+        for nodes, amount in _placements(pinned):
+            need = amount
+            for n in nodes:
+                got = min(max(0, free.get(n, 0)), need)
+                if n in free:
+                    free[n] -= got
+                need -= got
+        out[kind] = {n: NumaMemory(a, max(0, free[n])) for n, (a, _) in sorted(per.items())}
+    return out
+
+
 def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
     """The admission state of ``node`` from its samples (every family of :data:`FAMILIES`
     it has; the others are ignored)."""
@@ -360,12 +438,9 @@ def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
         notes.append("no CPU counts (podres_node_cpus): no exclusive CPUs can be given")
     cpus, free, reserved = _cpus(c)
     devices, free_devices = _devices(c)
-    memory = {
-        kind: {n: NumaMemory(allocatable=a, free=min(a, f)) for n, (a, f) in sorted(per.items())}
-        for kind, per in sorted(c.memory.items())
-        if kind in MEMORY_TYPES
-    }
+    memory = _memory(c)
     distances = {a: dict(sorted(row.items())) for a, row in sorted(c.distances.items())}
+    cells, assignments = _memory_groups(c)
     state = NodeState(
         policies=policies,
         cpus=cpus,
@@ -376,5 +451,7 @@ def node_facts(node: str, samples: Iterable[AnySample]) -> NodeFacts:
         memory=memory,
         distances=distances,
         numa_nodes=tuple(sorted(c.cpus)),
+        memory_cells=cells,
+        memory_assignments=assignments,
     )
     return NodeFacts(node, state, known, c.kubelet_up != 0, tuple(notes), c.key(policies))
