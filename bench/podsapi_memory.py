@@ -31,9 +31,21 @@ import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 
+from prometheus_client.metrics_core import Metric
+
+from podres_exporter.collectors import pods
+from podres_exporter.core.podidentity import PodIdentity, merge
+from podres_exporter.core.podlabels import Allowlist
+from podres_exporter.core.podmeta import PodDirectory, Route
+from podres_exporter.exporter import textformat
+from podres_exporter.exporter.textformat import WriteCache
+from podres_exporter.sources.podsapi import PodsApiSource
+from podres_sim.kubelet.podsapi import pods_api_socket_for
+
 HERE = Path(__file__).resolve().parent
 MIB = 1024 * 1024
 IDENTITY_LABELS = "app.kubernetes.io/*,team,tier"  # as bench/exporter.py's --pod-identity
+LABELS = tuple(IDENTITY_LABELS.split(","))
 
 
 def _status() -> dict[str, int]:
@@ -49,18 +61,9 @@ def _status() -> dict[str, int]:
     return out
 
 
-def _read(socket: str, pods: int, traced: bool, top: int) -> dict[str, object]:
-    """Read the Pods API on ``socket`` to its initial sync; what it cost."""
-    from podres_exporter.core.podidentity import merge
-    from podres_exporter.core.podlabels import Allowlist, parse_allowlist
-    from podres_exporter.core.podmeta import Route
-    from podres_exporter.sources.podsapi import PodsApiSource
-
-    gc.collect()
-    before = _status()
-    if traced:
-        tracemalloc.start()
-        base = tracemalloc.take_snapshot()
+def _synced(socket: str, pods: int) -> tuple[PodDirectory, float]:
+    """The Pods API on ``socket`` read to its initial sync of ``pods`` pods, and how long
+    that took; the reader stopped, its directory kept."""
     source = PodsApiSource(socket)
     started = time.perf_counter()
     source.start()
@@ -68,39 +71,80 @@ def _read(socket: str, pods: int, traced: bool, top: int) -> dict[str, object]:
         while True:
             d = source.current()
             if d is not None and d.synced and len(d.pods) >= pods:
-                break
+                return d, time.perf_counter() - started
             time.sleep(0.02)
-        took = time.perf_counter() - started
-        directory = d
-        source.stop()
-        gc.collect()
-        after = _status()
-        out: dict[str, object] = {
-            "pods": len(directory.pods),
-            "sync_s": took,
-            "rss_before": before["VmRSS"],
-            "rss_after": after["VmRSS"],
-            "anon_growth": after["Anonymous"] - before["Anonymous"],
-            "hwm": after["VmHWM"],
-        }
-        if traced:
-            current, peak = tracemalloc.get_traced_memory()
-            stats = tracemalloc.take_snapshot().compare_to(base, "lineno")
-            out["traced"], out["traced_peak"] = current, peak
-            holders = [(str(s.traceback), s.size_diff) for s in stats[:top]]
-            base = tracemalloc.take_snapshot()
-            allow = Allowlist.of(parse_allowlist(IDENTITY_LABELS))
-            identity = merge({Route.PODS_API: directory}, allow)
-            gc.collect()
-            out["merged"] = tracemalloc.get_traced_memory()[0] - current
-            merged = tracemalloc.take_snapshot().compare_to(base, "lineno")
-            holders += [(str(s.traceback), s.size_diff) for s in merged[:top]]
-            out["holders"] = holders
-            del identity
-            tracemalloc.stop()
-        return out
     finally:
         source.stop()
+
+
+def _read(socket: str, pods: int, traced: bool, top: int) -> dict[str, object]:
+    """Read the Pods API on ``socket`` to its initial sync; what it cost."""
+    gc.collect()
+    before = _status()
+    if traced:
+        tracemalloc.start()
+        base = tracemalloc.take_snapshot()
+    directory, took = _synced(socket, pods)
+    gc.collect()
+    after = _status()
+    out: dict[str, object] = {
+        "pods": len(directory.pods),
+        "sync_s": took,
+        "rss_before": before["VmRSS"],
+        "rss_after": after["VmRSS"],
+        "anon_growth": after["Anonymous"] - before["Anonymous"],
+        "hwm": after["VmHWM"],
+    }
+    if not traced:  # the whole path held as the exporter holds it: resident
+        kept = _serve(merge({Route.PODS_API: directory}, Allowlist.of(LABELS)))
+        gc.collect()
+        out["rss_served"] = _status()["VmRSS"]
+        out["series"] = {f.name: len(getattr(f, "rows", ())) for f in kept[0]}
+        return out
+    current, peak = tracemalloc.get_traced_memory()
+    stats = tracemalloc.take_snapshot().compare_to(base, "lineno")
+    out["traced"], out["traced_peak"] = current, peak
+    holders = [(str(s.traceback), s.size_diff) for s in stats[:top]]
+    base = tracemalloc.take_snapshot()
+    identity = merge({Route.PODS_API: directory}, Allowlist.of(LABELS))
+    gc.collect()
+    out["merged"] = tracemalloc.get_traced_memory()[0] - current
+    merged = tracemalloc.take_snapshot().compare_to(base, "lineno")
+    out["holders"] = holders + [(str(s.traceback), s.size_diff) for s in merged[:top]]
+    out.update(_served(identity))
+    tracemalloc.stop()
+    return out
+
+
+def _families(identity: PodIdentity) -> list[Metric]:
+    """The ``pods`` collector's own families of ``identity`` (no render context: no
+    device joined)."""
+    return list(pods._families(pods._Part(identity, ())))
+
+
+def _write(families: list[Metric]) -> tuple[WriteCache, list[bytes]]:
+    """``families`` in both formats, the text kept as the exporter keeps it."""
+    cache = textformat.WriteCache()
+    return cache, [textformat.write(families, om, cache=cache) for om in (False, True)]
+
+
+def _serve(identity: PodIdentity) -> tuple[list[Metric], WriteCache, list[bytes]]:
+    """What the exporter holds of ``identity``: the families and their text."""
+    families = _families(identity)
+    return families, *_write(families)
+
+
+def _served(identity: PodIdentity) -> dict[str, int]:
+    """What :func:`_serve` holds, traced: the families, then their text."""
+    start = tracemalloc.get_traced_memory()[0]
+    families = _families(identity)
+    gc.collect()
+    built = tracemalloc.get_traced_memory()[0]
+    written = _write(families)
+    gc.collect()
+    texts = tracemalloc.get_traced_memory()[0] - built
+    del families, written
+    return {"families": built - start, "texts": texts}
 
 
 def measure(socket: str, pods: int, traced: bool, top: int) -> dict[str, object]:
@@ -126,8 +170,6 @@ def main(argv: Sequence[str]) -> int:
     if ns.child:
         print(json.dumps(_read(ns.child, ns.pods, ns.traced, ns.top)))
         return 0
-    from podres_sim.kubelet.podsapi import pods_api_socket_for
-
     with tempfile.TemporaryDirectory(prefix="podsmem-") as tmp:
         socket = Path(tmp) / "kubelet.sock"
         counts = Path(tmp) / "counts.json"
@@ -178,6 +220,15 @@ def report(plain: dict[str, object], traced: dict[str, object]) -> None:
         f"Python objects held (tracemalloc): {mib('traced', traced)}, "
         f"peak during the sync {mib('traced_peak', traced)}; "
         f"the merged identity (--pod-labels {IDENTITY_LABELS}) {mib('merged', traced)}"
+    )
+    print(
+        f"the pods collector's families {mib('families', traced)}, their text in both formats "
+        f"with the writer's cache {mib('texts', traced)}; series {plain['series']}"
+    )
+    grown = int(str(plain["rss_served"])) - int(str(plain["rss_before"]))
+    print(
+        "resident with the merged identity, the families and their text held: "
+        f"{mib('rss_served')} (+{grown / MIB:.1f} MiB)"
     )
     holders = traced.get("holders", [])
     assert isinstance(holders, list)

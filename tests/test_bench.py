@@ -158,4 +158,5 @@ def test_pods_api_memory_benchmark_measures_the_reader_and_the_merge() -> None:
     out = done.stdout
     assert re.search(r"^Pods API reader, 200 pods synced in [0-9.]+ s: resident ", out, re.M), out
     assert re.search(r"Python objects held \(tracemalloc\): [0-9.]+ MiB, .* merged identity", out)
+    assert re.search(r"the pods collector's families [0-9.]+ MiB, their text", out), out
     assert "podsapi_wire.py" in out, out
