@@ -3,7 +3,8 @@
 Usage: python bench/simproc.py SCENARIO SOCKET [--counts FILE] [--churn PER_SECOND]
 
 SCENARIO: ``small``, ``large`` or ``huge`` (``sim.synthetic.bench_scenario``),
-``fleet:PODS`` (``fleet_scenario``: the linearity rows), or anything ``--scenario``
+``fleet:PODS`` (``fleet_scenario``: the linearity rows), ``identity:PODS``
+(``identity_scenario``), or anything ``--scenario``
 of ``python -m podres_sim`` takes. The benchmark runs it apart so that the
 exporter's CPU, read from ``/proc/<pid>/stat``, holds none of the simulator's work.
 
@@ -29,9 +30,15 @@ from pathlib import Path
 
 from podres_exporter.daemon import process
 from podres_sim import Scenario, SimKubelet, resolve_scenario
-from podres_sim.scenario.synthetic import BENCH_SCENARIOS, bench_scenario, fleet_scenario
+from podres_sim.scenario.synthetic import (
+    BENCH_SCENARIOS,
+    bench_scenario,
+    fleet_scenario,
+    identity_scenario,
+)
 
 FLEET = "fleet:"
+IDENTITY = "identity:"
 COUNTS_EVERY_S = 0.25
 
 
@@ -41,6 +48,8 @@ def scenario(ref: str) -> Scenario:
         return bench_scenario(ref)
     if ref.startswith(FLEET):
         return fleet_scenario(int(ref.removeprefix(FLEET)))
+    if ref.startswith(IDENTITY):
+        return identity_scenario(int(ref.removeprefix(IDENTITY)))
     return resolve_scenario(ref)
 
 

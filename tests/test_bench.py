@@ -142,3 +142,21 @@ def test_fit_benchmark_answers_every_node_of_the_fleet() -> None:
         len(re.findall(r"CPU a run \(median\): podres fit [0-9.]+ s, Prometheus [0-9.]+ s", out))
         == 2
     )
+
+
+@pytest.mark.slow  # runs the simulated kubelet and two readers as processes
+@pytest.mark.timeout(150)
+def test_pods_api_memory_benchmark_measures_the_reader_and_the_merge() -> None:
+    """bench/podsapi_memory.py on 200 pods: every pod synced, the resident growth, the
+    Python memory the pods hold and the merged identity's, and their largest holders."""
+    done = run_in_group(
+        [sys.executable, str(ROOT / "bench" / "podsapi_memory.py"), "--pods", "200"],
+        timeout=120,
+        cwd=ROOT / "bench",
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout
+    assert re.search(r"^Pods API reader, 200 pods synced in [0-9.]+ s: resident ", out, re.M), out
+    assert re.search(r"Python objects held \(tracemalloc\): [0-9.]+ MiB, .* merged identity", out)
+    assert re.search(r"the pods collector's families [0-9.]+ MiB, their text", out), out
+    assert "podsapi_wire.py" in out, out

@@ -127,3 +127,14 @@ def test_route_states_say_which_route_is_there() -> None:
         RouteState(Route.PODS_API, True, False, False, 5.0, 1),
         RouteState(Route.LOG_DIRS, False),
     )
+
+
+def test_label_pairs_alike_over_pods_are_held_once() -> None:
+    """Pods with the same allowed label value share one (name, value) pair in the merged
+    identity, so 5,000 pods of a few teams hold each pair once."""
+    team = "".join(["pay", "ments"])  # equal strings, not the same object
+    pods = [_api(f"p{i}", f"u{i}", team="".join(["pay", "ments"])) for i in range(3)]
+    identity = merge({Route.PODS_API: _dir(Route.PODS_API, *pods)}, Allowlist.of(["team"]))
+    pairs = [row.labels[0] for row in identity.pods]
+    assert pairs[0] == ("label_team", team)
+    assert [p is pairs[0] for p in pairs] == [True, True, True]

@@ -177,3 +177,25 @@ def test_owners_and_statuses_are_taken_up_to_their_limits() -> None:
     assert [o.name for o in meta.owners] == ["o0", "o1", "o2"]
     assert [h.device_id for h in meta.resource_health["c"]] == ["d0", "d1", "d2", "d3"]
     assert dropped == {OWNERS_OVER_LIMIT: 17, STATUSES_OVER_LIMIT: 6}
+
+
+def test_strings_that_repeat_from_pod_to_pod_are_held_once() -> None:
+    """Two pods decoded apart share their namespace, label keys and values, owner kind,
+    phase, QoS class, container, resource and health strings: 5,000 pods alike hold each
+    once; what is each pod's own (its name, UID, device ids) is not shared."""
+    a, _ = pod_meta(_upstream_pod())
+    b, _ = pod_meta(_upstream_pod())
+    assert a == b
+    shared = [
+        (a.namespace, b.namespace),
+        (a.phase, b.phase),
+        (a.qos_class, b.qos_class),
+        (a.owners[0].kind, b.owners[0].kind),
+        (a.owners[0].name, b.owners[0].name),
+    ]
+    shared += list(zip(a.labels, b.labels, strict=True))
+    shared += list(zip(a.labels.values(), b.labels.values(), strict=True))
+    shared += list(zip(a.resource_health, b.resource_health, strict=True))
+    for x, y in zip(a.resource_health["app"], b.resource_health["app"], strict=True):
+        shared += [(x.resource, y.resource), (x.health, y.health)]
+    assert [x is y for x, y in shared] == [True] * len(shared)

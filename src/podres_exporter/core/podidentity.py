@@ -39,6 +39,8 @@ from podres_exporter.core.printable import cut
 RANK = (Route.PODS_API, Route.APISERVER, Route.LOG_DIRS)
 FINISHED = frozenset({"Succeeded", "Failed"})
 MAX_TEXT = 256  # a UID, phase or owner name from a peer: far beyond what Kubernetes allows
+_Pair = tuple[str, str]
+_Labels = tuple[_Pair, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,14 @@ def _neg(text: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in text)
 
 
-def _row(meta: PodMeta, allow: Allowlist) -> tuple[PodRow, int]:
+def _shared(labels: _Labels, pairs: dict[_Pair, _Pair]) -> _Labels:
+    """``labels`` made of the ``(name, value)`` pairs that another pod of this merge
+    already has: at 5,000 pods of the same few label values the merged identity holds
+    each pair once (2.1 of its 9.0 MiB at ``bench/podsapi_memory.py``'s 5,000 pods)."""
+    return tuple([pairs.setdefault(p, p) for p in labels])
+
+
+def _row(meta: PodMeta, allow: Allowlist, pairs: dict[_Pair, _Pair]) -> tuple[PodRow, int]:
     chosen = choose(meta.labels, allow)
     owner = owner_of(meta)
     if owner is not None:
@@ -137,7 +146,7 @@ def _row(meta: PodMeta, allow: Allowlist) -> tuple[PodRow, int]:
         cut(meta.phase, MAX_TEXT),
         cut(meta.qos_class, MAX_TEXT),
         owner,
-        chosen.labels,
+        _shared(chosen.labels, pairs),
     )
     return row, chosen.dropped
 
@@ -177,9 +186,10 @@ def merge(
     rows: list[PodRow] = []
     health: list[HealthRow] = []
     dropped = 0
+    pairs: dict[_Pair, _Pair] = {}
     for key in sorted(by_name):
         meta = _current(by_name[key])
-        row, lost = _row(meta, allow)
+        row, lost = _row(meta, allow, pairs)
         rows.append(row)
         dropped += lost
         health.extend(_health(meta))

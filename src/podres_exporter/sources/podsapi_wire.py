@@ -12,10 +12,18 @@ length Kubernetes allows for its kind; every repeated field is taken up to
 its limit (sorted first where the wire order is arbitrary, so the same pod keeps the same
 part); what is left out is counted per kind for the caller to log. Bytes that are no pod
 raise :class:`PodDecodeError`.
+
+Memory: a pod keeps no protobuf object and none of its bytes, only the
+:class:`~podres_exporter.core.podmeta.PodMeta` built from them. The strings that repeat
+from pod to pod (namespaces, label keys and values, owner kinds and names, phases, QoS
+classes, container and resource names, healths) are interned, so 5,000 pods of the same
+few keys hold each once (``bench/podsapi_memory.py`` measures it; CPython frees an
+interned string with its last user, so a hostile pod's strings go with it).
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -96,6 +104,13 @@ class _Cutter:
     def text(self, raw: object, limit: int | None = None) -> str:
         """``raw`` escaped and cut. A proto2 string that is not UTF-8 comes as bytes:
         its odd bytes are shown as escapes."""
+        return self._text(raw, limit)
+
+    def shared(self, raw: object, limit: int | None = None) -> str:
+        """:meth:`text`, interned: for a string that many pods carry alike."""
+        return sys.intern(self._text(raw, limit))
+
+    def _text(self, raw: object, limit: int | None) -> str:
         if isinstance(raw, bytes):
             self.dropped[NOT_UTF8] += 1
             value = raw.decode("utf-8", "backslashreplace")
@@ -138,14 +153,15 @@ def _labels(c: _Cutter, labels: Mapping[str, str]) -> Mapping[str, str]:
     ordered = sorted(labels.items(), key=lambda kv: _sort_key(kv[0]))
     kept = c.take(ordered, c.limits.labels, LABELS_OVER_LIMIT)
     return MappingProxyType(
-        {c.text(k, c.limits.label_key): c.text(v, c.limits.label_value) for k, v in kept}
+        {c.shared(k, c.limits.label_key): c.shared(v, c.limits.label_value) for k, v in kept}
     )
 
 
 def _owners(c: _Cutter, refs: Sequence[pod_pb2.OwnerReference]) -> tuple[OwnerRef, ...]:
     kept = c.take(refs, c.limits.owners, OWNERS_OVER_LIMIT)
     return tuple(
-        OwnerRef(kind=c.text(r.kind), name=c.text(r.name), controller=r.controller) for r in kept
+        OwnerRef(kind=c.shared(r.kind), name=c.shared(r.name), controller=r.controller)
+        for r in kept
     )
 
 
@@ -160,12 +176,12 @@ def _health(
         entries: list[ResourceHealth] = []
         resources = c.take(status.allocatedResourcesStatus, c.limits.resources, STATUSES_OVER_LIMIT)
         for resource in resources:
-            name = c.text(resource.name)
+            name = c.shared(resource.name)
             devices = c.take(resource.resources, c.limits.devices, STATUSES_OVER_LIMIT)
             entries.extend(
-                ResourceHealth(name, c.text(d.resourceID), c.text(d.health)) for d in devices
+                ResourceHealth(name, c.text(d.resourceID), c.shared(d.health)) for d in devices
             )
-        out[c.text(status.name)] = tuple(entries)
+        out[c.shared(status.name)] = tuple(entries)
     return MappingProxyType(out)
 
 
@@ -181,12 +197,12 @@ def pod_meta(
         raise PodDecodeError("a pod without a UID")
     statuses = list(status.initContainerStatuses) + list(status.containerStatuses)
     result = PodMeta(
-        namespace=c.text(meta.namespace),
+        namespace=c.shared(meta.namespace),
         name=c.text(meta.name),
         uid=c.text(meta.uid),
         route=Route.PODS_API,
-        phase=c.text(status.phase),
-        qos_class=c.text(status.qosClass),
+        phase=c.shared(status.phase),
+        qos_class=c.shared(status.qosClass),
         owners=_owners(c, meta.ownerReferences),
         labels=_labels(c, meta.labels),
         resource_health=_health(c, statuses),
