@@ -394,7 +394,12 @@ POD_DIRECTORIES = {
                     owners=(OwnerRef("Job", "train", controller=True),),
                     labels=MappingProxyType({"team": "vision", "app.kubernetes.io/name": "t"}),
                     resource_health=MappingProxyType(
-                        {"main": (ResourceHealth("nvidia.com/gpu", "GPU-a1", "Unhealthy"),)}
+                        {
+                            "main": (
+                                ResourceHealth("nvidia.com/gpu", "GPU-a1", "Unhealthy"),
+                                ResourceHealth("nvidia.com/gpu", "GPU-a2", "Healthy"),
+                            )
+                        }
                     ),
                 ),
                 SERVE_UID: PodMeta(

@@ -24,7 +24,7 @@ podres_pod_labels_info{label_app_kubernetes_io_name="serve",namespace="web",pod=
 # HELP podres_pod_labels_dropped Allowed pod labels left out by the bounds (64 a pod, 256 names a node, keys longer than Kubernetes allows).
 # TYPE podres_pod_labels_dropped gauge
 podres_pod_labels_dropped 0.0
-# HELP podres_container_device_health_info One series per device a container holds, with its health as the kubelet gives it (Healthy, Unhealthy, Unknown; KEP-4680), and the device's identity.
+# HELP podres_container_device_health_info One series per device a container holds that the kubelet does not call Healthy (Unhealthy, Unknown; KEP-4680), with the device's identity.
 # TYPE podres_container_device_health_info gauge
 podres_container_device_health_info{container="main",device_id="GPU-a1",gpu="0",health="Unhealthy",namespace="ml",pod="train",resource="nvidia.com/gpu",uuid="GPU-a1"} 1.0
 # HELP podres_pod_identity_source_up 1 when the route answers now (its socket or directory there, its last read good).
@@ -56,7 +56,8 @@ podres_pod_identity_source_last_success_timestamp_seconds{route="log-dirs"} 1.69
 def test_pods_collector_exact_text() -> None:
     """One info series per pod (a Deployment resolved from its ReplicaSet, a log-directory
     pod with its UID alone while the Pods API syncs), its allowed labels, a container's
-    device health with the device's identity from the join, and each route's state."""
+    unhealthy device with the device's identity from the join (its healthy one has no
+    series), and each route's state."""
     assert exposition(pods.COLLECTOR, rich_view()) == EXPECTED
 
 
