@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from podres_exporter.collectors import pods
+from podres_exporter.core.model import PodAlloc
 from podres_exporter.core.podidentity import merge
 from podres_exporter.core.podlabels import Allowlist
 from podres_exporter.core.podmeta import PodDirectory, PodMeta, Route
-from tests.collectors.support import IDENTITY, POD_DIRECTORIES, exposition, node_view, rich_view
+from tests.collectors.support import (
+    IDENTITY,
+    POD_DIRECTORIES,
+    READING,
+    exposition,
+    node_view,
+    rich_view,
+)
 
 EXPECTED = """\
 # HELP podres_pod_info One series per pod: its current UID, phase, QoS class, workload (owner_kind, owner_name: a ReplicaSet resolved to its Deployment where the pod proves it) and controlling owner as the pod lists it.
@@ -58,7 +67,12 @@ def test_pods_collector_exact_text() -> None:
     pod with its UID alone while the Pods API syncs), its allowed labels, a container's
     unhealthy device with the device's identity from the join (its healthy one has no
     series), and each route's state."""
-    assert exposition(pods.COLLECTOR, rich_view()) == EXPECTED
+    view = rich_view()
+    # The log-directory pod is one the kubelet lists (a static pod with no resources).
+    etcd = PodAlloc("kube-system", "etcd-node")
+    reading = replace(READING, pods=(*READING.pods, etcd))
+    view = replace(view, snapshot=replace(view.snapshot, reading=reading))
+    assert exposition(pods.COLLECTOR, view) == EXPECTED
 
 
 def test_no_labels_family_unless_pod_labels_is_set() -> None:
@@ -88,3 +102,21 @@ def test_a_hostile_pods_labels_are_bounded_and_escaped() -> None:
     [line] = [x for x in text.splitlines() if x.startswith("podres_pod_labels_info{")]
     assert 'label_k00000="a\\"}\\nevil{x=\\"1"' in line
     assert line.count("label_k") == 64
+
+
+def test_a_log_directory_of_a_pod_the_kubelet_no_longer_lists_has_no_series() -> None:
+    """The kubelet keeps a departed pod's log directory for a while: a pod only a log
+    directory names is served while the kubelet lists it, and not once it does not."""
+    uid = "3f2e1d0c-9b8a-4765-8432-10fedcba9876"
+    logs = PodDirectory(
+        Route.LOG_DIRS,
+        MappingProxyType({uid: PodMeta("ml", "gone-0", uid, Route.LOG_DIRS)}),
+        taken_at=1.7e9,
+    )
+    identity = merge({Route.LOG_DIRS: logs}, Allowlist.of(()))
+    listed = node_view(
+        replace(READING, pods=(*READING.pods, PodAlloc("ml", "gone-0"))), identity=identity
+    )
+    assert f'pod="gone-0",uid="{uid}"' in exposition(pods.COLLECTOR, listed)
+    departed = node_view(READING, identity=identity)
+    assert 'pod="gone-0"' not in exposition(pods.COLLECTOR, departed)

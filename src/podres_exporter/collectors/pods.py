@@ -12,7 +12,7 @@ owner_name) podres_pod_info`` brings it onto any series of ours (docs/metrics.md
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from prometheus_client.metrics_core import Metric
@@ -31,7 +31,9 @@ from podres_exporter.core.identity import LABELS as DEVICE_LABELS
 from podres_exporter.core.identity import DeviceIdentity, of_resolved
 from podres_exporter.core.ids import resolve
 from podres_exporter.core.join import Resolution
+from podres_exporter.core.model import KubeletReading
 from podres_exporter.core.podidentity import HealthRow, PodIdentity, PodRow, RouteState
+from podres_exporter.core.podmeta import Route
 
 POD_LABELS = ("namespace", "pod", "uid")
 INFO_LABELS = (
@@ -61,14 +63,29 @@ class _Last:
     part: _Part | None = None
 
 
+def _listed_only(identity: PodIdentity, reading: KubeletReading | None) -> PodIdentity:
+    """``identity`` without the pods only a log directory names that the kubelet does not
+    list: the kubelet removes a pod's log directory a while after the pod is gone (its
+    container GC, about a minute), and such a directory is a departed pod's. A richer
+    route's pods are the kubelet's own and stay."""
+    if reading is None or all(r.route is not Route.LOG_DIRS for r in identity.pods):
+        return identity
+    listed = {(p.namespace, p.name) for p in reading.pods}
+    pods = tuple(
+        r for r in identity.pods if r.route is not Route.LOG_DIRS or (r.namespace, r.pod) in listed
+    )
+    return identity if len(pods) == len(identity.pods) else replace(identity, pods=pods)
+
+
 def _part(ctx: RenderContext) -> _Part | None:
     identity = ctx.view.snapshot.identity
     if identity is None:
         return None
+    identity = _listed_only(identity, ctx.view.snapshot.reading)
     joined = ctx.view.joined
     resolutions = joined.resolutions if joined is not None else ()
     last = _Last.part
-    if last is not None and last.identity is identity and last.resolutions is resolutions:
+    if last is not None and last.identity == identity and last.resolutions is resolutions:
         return last
     _Last.part = _Part(identity, resolutions)
     return _Last.part
