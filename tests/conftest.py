@@ -7,6 +7,7 @@ import logging
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -49,11 +50,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def _logs_to_stderr() -> None:
+    """structlog's defaults print to stdout; the daemons log to stderr. A daemon a test runs
+    in-process logs from its threads at any moment (the Pods API reader's sync), and on
+    stdout that would land in the output a test reads from an in-process command."""
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_structlog() -> Iterator[None]:
     """Undo any structlog configuration a test made (a CLI run in-process sets a level)."""
+    _logs_to_stderr()
     yield
     structlog.reset_defaults()
+    _logs_to_stderr()
 
 
 @pytest.fixture(autouse=True)
